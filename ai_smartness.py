@@ -89,7 +89,7 @@ DEFAULT_CONFIG = {
 MAX_CAPTURE_CHARS = 20000
 # Message text kept per capture once cleaned.
 MAX_MESSAGE_CHARS = 4000
-# Messages kept per thread; older ones are summarised away.
+# Messages per thread; a full thread continues in a child thread.
 MAX_THREAD_MESSAGES = 200
 # Daemon socket paths longer than this go to a short private directory instead.
 MAX_SOCKET_PATH = 100
@@ -579,9 +579,15 @@ _SECRET_PATTERNS = [
     (r"\bnpm_[A-Za-z0-9]{30,}", "npm_token"),
     (r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", "jwt"),
     (r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{16,}", "bearer_token"),
-    (r"(?i)\b((?:password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|"
-     r"secret[_-]?key|client[_-]?secret|private[_-]?key|auth[_-]?token|mot[_ ]de[_ ]passe|"
-     r"contraseña)[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED)[^\s\"',;]{4,}", "secret_value"),
+    (r"(?i)\b((?:password|passwd|pwd|mot[_ ]de[_ ]passe|contraseña)[\"']?\s*[:=]\s*[\"']?)"
+     r"(?!\[REDACTED)[^\s\"',;]{4,}", "password"),
+    # Other key=value secrets only when the value looks generated (a digit and 8+ characters, or
+    # 20+ characters), so prose like "refresh token: revoke the old one" stays readable.
+    (r"(?i)\b((?:secret|token|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|client[_-]?secret|"
+     r"private[_-]?key|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED)"
+     r"(?=[^\s\"',;]*\d)[^\s\"',;]{8,}|\b((?:secret|token|api[_-]?key|apikey|access[_-]?key|"
+     r"secret[_-]?key|client[_-]?secret|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED)[A-Za-z0-9_\-/+=.]{20,}",
+     "secret_value"),
 ]
 _SECRET_RES = [(re.compile(p, re.S), kind) for p, kind in _SECRET_PATTERNS]
 
@@ -627,8 +633,7 @@ def strip_markup(text):
 def redact(text):
     """Replace secrets by [REDACTED:kind] before anything is stored."""
     for pattern, kind in _SECRET_RES:
-        text = pattern.sub(lambda m, k=kind: (m.group(1) if m.re.groups else "") +
-                           f"[REDACTED:{k}]", text)
+        text = pattern.sub(lambda m, k=kind: next((g for g in m.groups() if g), "") + f"[REDACTED:{k}]", text)
     return text
 
 
@@ -963,7 +968,7 @@ def minilm_available():
 
 
 def make_embedder(name="auto"):
-    name = os.environ.get("AI_SMARTNESS_EMBEDDER") or name or "auto"
+    name = name or "auto"
     if name == "fake":
         return FakeEmbedder()
     if name == "hash":
@@ -1261,23 +1266,29 @@ def fuse_scores(lexical, dense, thread_of, thread_sim, weights, recency, bridge_
 FUSION_WEIGHTS = {"lexical": 0.5, "dense": 0.5, "thread": 0.1, "recency": 0.03, "bridge": 0.05}
 
 
-def pack_items(candidates, budget, max_item=420, min_item=80):
-    """Greedy packing: best items first, each shortened to at most `max_item`; a last item
-    that does not fit whole is shortened to the space left when that is worth it."""
-    out, used, seen = [], 0, set()
+def pack_items(candidates, budget, max_item=420, min_item=80, indent=0, group_cost=None):
+    """Greedy packing: best items first, each shortened to at most `max_item`; an item that
+    does not fit whole is shortened to the space left when that is worth it. The first item
+    of a group also pays `group_cost(group)` (its header line)."""
+    out, used, seen, groups = [], 0, set(), set()
     for item in candidates:
         key = rule_key(item["text"])[:200]
         if key in seen:
             continue  # the same text twice says nothing new
+        extra = indent + 1
+        group = item.get("group")
+        if group_cost and group not in groups:
+            extra += group_cost(group)
         line = shorten(item["line"], max_item)
-        room = budget - used
-        if len(line) + 1 > room:
-            if room - 1 < min_item:
+        room = budget - used - extra
+        if len(line) > room:
+            if room < min_item:
                 continue
-            line = shorten(item["line"], room - 1)
+            line = shorten(item["line"], room)
         seen.add(key)
+        groups.add(group)
         out.append(dict(item, line=line))
-        used += len(line) + 1
+        used += len(line) + extra
     return out
 
 
@@ -1307,13 +1318,13 @@ def data_dir_of(project):
 def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=None, origin=None):
     """Clean, redact and size a capture; None when it is noise. Shared by the CLI, the hooks
     and the daemon so every path stores the same thing."""
+    ts = parse_time(at) if at else time.time()
     cleaned = clean_for_storage(text)
     if is_noise(cleaned, min_chars=8 if source == "prompt" else 3):
         return None
     if origin not in ORIGINS:
         origin = source if source in ORIGINS else "prompt"
-    entry = {"text": cleaned, "source": source, "origin": origin,
-             "ts": parse_time(at) if at else time.time()}
+    entry = {"text": cleaned, "source": source, "origin": origin, "ts": ts}
     if file_path:
         entry["file"] = str(file_path)[:500]
     if session_id:
@@ -1334,7 +1345,8 @@ class Memory:
         if embedder == "lexical":
             embedder = None  # hooks answering without the daemon: no model load
         elif embedder is None or isinstance(embedder, str):
-            embedder = make_embedder(embedder or self.cfg["embedder"])
+            # An explicit choice wins, then the environment (tests, benchmarks), then config.
+            embedder = make_embedder(embedder or os.environ.get("AI_SMARTNESS_EMBEDDER") or self.cfg["embedder"])
         self.embedder = embedder
         self.clock = clock
         self.loaded = self.partial = False
@@ -1506,7 +1518,9 @@ class Memory:
                 touched_t, touched_b, dropped_b = set(), set(), set()
                 for (path, entry), vec in zip(live, vecs):
                     results[entry["id"]] = self._apply(entry, vec, touched_t, touched_b)
-                dropped_b |= self._maintain(touched_t)
+                # Idleness is measured against the newest content, so imported history
+                # ages by its own clock.
+                dropped_b |= self._maintain(touched_t, max((e["ts"] for _, e in live), default=self.clock()))
                 self.save(touched_t, touched_b - dropped_b, dropped_b)
                 for path, _ in entries:
                     Store._unlink(path)
@@ -1522,6 +1536,11 @@ class Memory:
         candidates = self.candidates(vec)
         decision = decide(ext["topics"], candidates, cfg)
         action = decision["action"]
+        full = self.threads.get(decision["thread_id"])
+        if full is not None and len(full["messages"]) >= MAX_THREAD_MESSAGES:
+            # A full thread goes on in a child: nothing is ever dropped to make room.
+            action = decision["action"] = "FORK"
+            decision.update(parent_id=full["id"], thread_id=None, reason="thread full")
         if action in ("CONTINUE", "REACTIVATE"):
             thread = self.threads[decision["thread_id"]]
             thread["status"] = "active"
@@ -1614,19 +1633,12 @@ class Memory:
         first = thread["messages"][0]
         thread["summary"] = shorten(first["text"], 160) + (
             " … " + ext["summary"][:140] if len(thread["messages"]) > 1 else "")
-        if len(thread["messages"]) > MAX_THREAD_MESSAGES:
-            for old in thread["messages"][:-MAX_THREAD_MESSAGES]:
-                for table in (self.msgs, self.mvec, self.msg_thread, self.msg_ts):
-                    table.pop(old["id"], None)
-                self.lex.remove(old["id"])
-            thread["messages"] = thread["messages"][-MAX_THREAD_MESSAGES:]
         if ts_of(thread, "last_active") < now:
             thread["last_active"] = iso(now)
         use_thread(thread, now, self.cfg["half_life_days"], 0.1)
 
-    def _maintain(self, touched_t):
+    def _maintain(self, touched_t, now):
         """Lifecycle and bridge pruning after a batch; returns the bridge ids dropped."""
-        now = self.clock()
         for tid, status in lifecycle_changes(self.threads.values(), now, self.cfg):
             self.threads[tid]["status"] = status
             touched_t.add(tid)
@@ -1742,19 +1754,23 @@ class Memory:
         if self.cfg.get("guardcode"):
             tail.append(tr("ctx_guardcode", lang))
         fixed = len(head) + sum(len(t) + 1 for t in tail) + 1
-        # Thread headers cost space too: reserve a line for each thread we may show.
-        candidates = [dict(h, line=self.item_line(self.msgs[h["message_id"]], now)) for h in hits
-                      if h["score"] > 0]
-        items = pack_items(candidates, max(0, budget - fixed - 3 * 110))
+        headers = {}
+        for h in hits:
+            t = self.threads[h["thread_id"]]
+            headers.setdefault(h["thread_id"], shorten(tr(
+                "ctx_thread", lang, title=t["title"], status=tr("status_" + t["status"], lang),
+                topics=", ".join(t.get("topics", [])[:4]), age=age_ago(now - ts_of(t, "last_active"), lang)), 108))
+        candidates = [dict(h, line=self.item_line(self.msgs[h["message_id"]], now), group=h["thread_id"])
+                      for h in hits if h["score"] > 0]
+        # Each item is indented under its thread's header, which costs space once.
+        items = pack_items(candidates, max(0, budget - fixed), indent=4,
+                           group_cost=lambda g: len(headers[g]) + 1)
         by_thread = {}
         for item in items:
             by_thread.setdefault(item["thread_id"], []).append(item)
         lines = [head]
         for tid, group in by_thread.items():
-            t = self.threads[tid]
-            lines.append(shorten(tr("ctx_thread", lang, title=t["title"], status=tr("status_" + t["status"], lang),
-                                    topics=", ".join(t.get("topics", [])[:4]),
-                                    age=age_ago(now - ts_of(t, "last_active"), lang)), 108))
+            lines.append(headers[tid])
             lines += ["  - " + i["line"] for i in group]
         related = self.related_threads(list(by_thread)[:1], exclude=set(by_thread), now=now)
         room = budget - sum(len(x) + 1 for x in lines) - sum(len(t) + 1 for t in tail)
@@ -2975,6 +2991,10 @@ def do_daemon(cli, args):
             return emit(args, {"running": False}, tr("daemon_stopped", lang))
     if args.action in ("start", "restart"):
         state = start_daemon(store, cli.project)
+        if state == "retiring":  # a daemon of another version: wait until it is gone, then start ours
+            if not stop_daemon(store):
+                raise DaemonError(tr("daemon_stop_failed", lang))
+            state = start_daemon(store, cli.project)
         ready = wait_ready(store, 120.0)
         if not ready:
             raise DaemonError(tr("daemon_not_ready", lang))

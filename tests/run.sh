@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The one test command: `bash tests/run.sh [pytest args...]`, from anywhere.
+# Works on a fresh machine with python3, node and npm: it builds what the tests need
+# (the shared venv with the embedding stack plus pytest, and the real Claude Code CLI
+# in tests/.cache/npm), then runs pytest with the venv's python from the repo root.
+#
+# Exit status: pytest's own. Exit 5 (no tests collected) is a failure for a full run,
+# since the suite can never be empty; it becomes 0, with a line saying so, only when
+# arguments were given, where it means "the selection matched nothing".
+set -euo pipefail
+
+say()  { printf 'tests/run.sh: %s\n' "$*"; }
+warn() { printf 'tests/run.sh: warning: %s\n' "$*" >&2; }
+err()  { printf 'tests/run.sh: error: %s\n' "$*" >&2; exit 1; }
+
+CLAUDE_VERSION=2.1.197
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+cd "$ROOT"
+
+export AI_SMARTNESS_HOME=${AI_SMARTNESS_HOME:-$HOME/.local/share/ai_smartness}
+VENV=$AI_SMARTNESS_HOME/venv
+bash ./install.sh --deps-only
+"$VENV/bin/python" -c 'import pytest' 2>/dev/null || "$VENV/bin/python" -m pip install -q pytest \
+  || err "cannot install pytest into $VENV"
+
+# The installer tests run shellcheck when it is there.
+if ! command -v shellcheck >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  say "installing shellcheck"
+  { apt-get update -qq && apt-get install -y -qq shellcheck; } >/dev/null 2>&1 \
+    || warn "could not install shellcheck; its test will be skipped"
+fi
+
+NPM_DIR=$ROOT/tests/.cache/npm
+CLAUDE=$NPM_DIR/node_modules/.bin/claude
+# --version in a throwaway HOME with no network: it must not touch ~/.claude or phone home.
+claude_ok() {
+  local home rc=0
+  home=$(mktemp -d)
+  HOME=$home DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \
+    "$CLAUDE" --version >/dev/null 2>&1 || rc=$?
+  rm -rf "$home"
+  return "$rc"
+}
+if ! claude_ok; then
+  command -v npm >/dev/null || err "npm is required to install Claude Code for the end-to-end tests"
+  say "installing @anthropic-ai/claude-code@$CLAUDE_VERSION into tests/.cache/npm"
+  # npm may warn that install scripts are not allowed; the binary works without them.
+  npm install --prefix "$NPM_DIR" --no-audit --no-fund "@anthropic-ai/claude-code@$CLAUDE_VERSION" >/dev/null \
+    || err "npm install of @anthropic-ai/claude-code@$CLAUDE_VERSION failed"
+  claude_ok || err "$CLAUDE --version does not run"
+fi
+export AI_SMARTNESS_CLAUDE_BIN=$CLAUDE
+# The embedding model ships inside a pip package: nothing may reach for the Hugging Face hub.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+
+rc=0
+"$VENV/bin/python" -m pytest tests "$@" || rc=$?
+if [ "$rc" = 5 ]; then
+  if [ $# -gt 0 ]; then
+    say "no test matched the selection ($*): nothing ran"
+    exit 0
+  fi
+  printf 'tests/run.sh: error: pytest collected no tests: the suite is missing or broken\n' >&2
+fi
+exit "$rc"

@@ -1,0 +1,128 @@
+"""The CLI as real processes: every command, --json, exit codes, docs, and a run without
+numpy or sentence-transformers."""
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+import topics_data
+from conftest import ROOT, SCRIPT, cli, cli_json
+
+COMMANDS = ["capture", "status", "threads", "thread", "bridges", "search", "recall", "context", "rules",
+            "forget", "export", "reindex", "health", "daemon", "hook"]
+
+
+@pytest.fixture
+def filled(project):
+    for _, text in topics_data.interleaved():
+        proc = cli("capture", text, project=project)
+        assert proc.returncode == 0, proc.stderr
+    return project
+
+
+def test_help_lists_every_command_and_exit_codes():
+    out = cli("--help").stdout
+    for name in COMMANDS:
+        assert name in out
+    assert "Exit codes" in out
+    for name in COMMANDS:
+        assert cli(name, "--help").returncode == 0
+
+
+def test_readme_documents_every_command():
+    readme = (ROOT / "README.md").read_text()
+    for name in COMMANDS:
+        assert re.search(rf"`[^`]*\b{name}\b[^`]*`", readme), name
+
+
+def test_read_commands_and_json(filled):
+    threads = cli_json("threads", "--status", "all", project=filled)
+    assert len([t for t in threads if not t["parent_id"]]) == 3
+    tid = threads[0]["id"]
+    assert cli_json("thread", tid, project=filled)["id"] == tid
+    assert isinstance(cli_json("bridges", project=filled), list)
+    hits = cli_json("search", "postgres migration", "--limit", "3", project=filled)
+    assert len(hits) == 3 and all("Postgres" in h["text"] for h in hits)
+    recall = cli_json("recall", "CSS layout", project=filled)
+    assert "sidebar" in recall["text"]
+    ctx = cli_json("context", "JWT refresh token", "--budget", "600", project=filled)
+    assert len(ctx["text"]) <= 600 and ctx["message_ids"]
+    status = cli_json("status", project=filled)
+    assert status["threads"] >= 3 and status["daemon"] is False
+    export = json.loads(cli("export", project=filled).stdout)
+    assert sum(len(t["messages"]) for t in export["threads"]) == 20
+    assert "vec" not in json.dumps(export["threads"][0]["messages"][0])
+
+
+def test_rules_add_list_remove(project):
+    assert cli("rules", "add", "Always run the tests", project=project).returncode == 0
+    assert "already" in cli("rules", "add", "always run the tests", project=project).stdout
+    assert [r["text"] for r in cli_json("rules", project=project)] == ["Always run the tests"]
+    assert cli("rules", "remove", "1", project=project).returncode == 0
+    assert cli_json("rules", project=project) == []
+    assert cli("rules", "remove", "7", project=project).returncode == 3
+
+
+def test_forget_and_exit_codes(filled):
+    tid = cli_json("threads", project=filled)[0]["id"]
+    assert cli("forget", tid, project=filled).returncode == 0
+    assert cli("thread", tid, project=filled).returncode == 3
+    assert cli("forget", tid, project=filled).returncode == 3
+    assert cli("nonsense", project=filled).returncode == 2
+    assert cli("capture", "x", "--at", "not a time", project=filled).returncode == 2
+
+
+def test_capture_from_stdin_with_source_file_and_time(project):
+    proc = cli("capture", "-", "--source", "file_read", "--file", "src/db.py", "--at", "2024-02-03T04:05:06+01:00",
+               project=project, input="def connect(): return psycopg.connect(DSN)  # database pool")
+    assert proc.returncode == 0, proc.stderr
+    thread = cli_json("threads", "--status", "all", project=project)[0]
+    assert thread["origin_type"] == "file_read"
+    full = cli_json("thread", thread["id"], project=project)
+    assert full["messages"][0]["file"] == "src/db.py"
+    assert full["messages"][0]["ts"] == "2024-02-03T03:05:06Z"
+
+
+def test_health_reports_metrics(filled):
+    health = cli_json("health", project=filled)
+    assert health["embedding_coverage"] == 1.0
+    assert health["embedding_model"] == "fake-v1"
+    assert 0 < health["continuation_rate"] <= 1
+    assert health["daemon"]["running"] is False and health["daemon"]["served_by"] == "in-process"
+    assert health["quarantined"] == []
+
+
+def test_project_resolution_from_env_and_from_the_installed_script(project, tmp_path):
+    env_proc = cli("capture", "kafka consumer lag notes", env={"CLAUDE_PROJECT_DIR": str(project)})
+    assert env_proc.returncode == 0
+    installed = project / ".ai" / "ai_smartness.py"
+    installed.write_bytes(SCRIPT.read_bytes())
+    proc = subprocess.run([sys.executable, str(installed), "threads", "--json"], capture_output=True, text=True,
+                          cwd=str(tmp_path))
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)) == 1
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory):
+    """An interpreter that cannot see numpy or sentence-transformers."""
+    venv = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    probe = subprocess.run([python, "-c", "import numpy"], capture_output=True)
+    assert probe.returncode != 0
+    return python
+
+
+def test_works_without_numpy_and_sentence_transformers(project, bare_python):
+    env = {"AI_SMARTNESS_EMBEDDER": ""}
+    for _, text in topics_data.interleaved():
+        assert cli("capture", text, project=project, python=bare_python, env=env).returncode == 0
+    health = cli_json("health", project=project, python=bare_python, env=env)
+    assert health["embedding_model"] == "hash-v1" and health["embedding_coverage"] == 1.0
+    assert any("fallback" in w for w in health["warnings"])
+    hits = cli_json("search", "postgres migration", project=project, python=bare_python, env=env)
+    assert "Postgres" in hits[0]["text"]
+    roots = [t for t in cli_json("threads", project=project, python=bare_python, env=env) if not t["parent_id"]]
+    assert len(roots) == 3

@@ -1,0 +1,175 @@
+"""Pure logic: decisions, thresholds, decay, suspension, lifecycle, bridges, gossip, rules."""
+import math
+
+import pytest
+
+import ai_smartness as ais
+
+CFG = ais.DEFAULT_CONFIG
+DAY = ais.DAY
+
+
+def thread(tid, status="active", topics=(), messages=1, last_active=0.0, weight=0.5):
+    return {"id": tid, "status": status, "topics": list(topics), "title": tid,
+            "messages": [{"id": f"m{tid}{i}", "text": "x"} for i in range(messages)],
+            "last_active": ais.iso(last_active), "weight": weight, "weight_at": last_active}
+
+
+def test_similarity_is_the_specified_blend():
+    assert ais.similarity(0.5, ["jwt", "token"], ["jwt", "auth"]) == pytest.approx(0.7 * 0.5 + 0.3 * 0.5 + 0.15)
+    assert ais.similarity(0.5, ["alpha"], ["beta"]) == pytest.approx(0.35)
+    assert ais.similarity(0.9, ["a"], ["a"]) == 1.0  # capped
+    assert ais.similarity(-0.4, [], []) == 0.0
+
+
+def test_topic_overlap_matches_stems_but_exact_bonus_needs_equal_words():
+    overlap, exact = ais.topic_overlap(["migrations"], ["migration"])
+    assert overlap == 1.0 and not exact
+
+
+@pytest.mark.parametrize("cos,action", [(0.51, "CONTINUE"), (0.49, "NEW_THREAD")])
+def test_continue_threshold(cos, action):
+    # 0.7 * cos alone (no topics): 0.357 continues, 0.343 does not.
+    result = ais.decide([], [(thread("t1"), cos)], CFG)
+    assert result["action"] == action
+    assert result["llm_used"] is False
+
+
+def test_borderline_zone_is_recorded_and_decided_without_llm():
+    result = ais.decide([], [(thread("t1"), 0.3)], CFG)  # 0.21: between 0.15 and 0.35
+    assert result["action"] == "NEW_THREAD" and result["borderline"] and not result["llm_used"]
+    far = ais.decide([], [(thread("t1"), 0.1)], CFG)
+    assert not far["borderline"]
+
+
+def test_reactivation_needs_0_50_and_beats_a_weaker_active_thread():
+    sleeping = thread("s", status="suspended")
+    assert ais.decide([], [(sleeping, 0.75)], CFG)["action"] == "REACTIVATE"  # 0.525
+    assert ais.decide([], [(sleeping, 0.70)], CFG)["action"] == "NEW_THREAD"  # 0.49
+    both = ais.decide([], [(sleeping, 0.8), (thread("a"), 0.55)], CFG)
+    assert both["action"] == "REACTIVATE" and both["thread_id"] == "s"
+    archived = thread("old", status="archived")
+    assert ais.decide([], [(archived, 0.9)], CFG)["action"] == "REACTIVATE"
+
+
+def test_fork_when_weak_match_brings_mostly_new_topics_to_an_established_thread():
+    parent = thread("p", topics=["postgres", "migration", "orders"], messages=5)
+    result = ais.decide(["postgres", "lock", "timeout", "alter", "retry"], [(parent, 0.2)], CFG)
+    # 0.14 + 0.3*1 + 0.15 = 0.59: continues the topic but 4/5 topics are new -> FORK
+    assert result["action"] == "FORK" and result["parent_id"] == "p"
+    young = thread("y", topics=["postgres", "migration"], messages=1)
+    assert ais.decide(["postgres", "lock", "timeout", "alter", "retry"], [(young, 0.2)], CFG)["action"] == "CONTINUE"
+
+
+def test_weight_halves_each_half_life_and_rises_with_use():
+    t = thread("t", weight=0.8, last_active=0.0)
+    assert ais.effective_weight(t, 7 * DAY, 7.0) == pytest.approx(0.4)
+    ais.use_thread(t, 7 * DAY, 7.0, 0.1)
+    assert t["weight"] == pytest.approx(0.5)
+    ais.use_thread(t, 7 * DAY, 7.0, 5)
+    assert t["weight"] == 1.0
+
+
+def test_suspension_picks_the_least_related_lightest_oldest():
+    now = 100 * DAY
+    active = [thread("keep", last_active=now), thread("related", last_active=now - 50 * DAY, weight=0.1),
+              thread("stale", last_active=now - 50 * DAY, weight=0.1), thread("fresh", last_active=now, weight=0.9)]
+    victims = ais.suspension_victims(active, 3, {"keep"}, {"related": 0.9}, now, 7.0)
+    assert victims == ["stale"]
+    assert ais.suspension_victims(active, 4, set(), {}, now, 7.0) == []
+
+
+def test_lifecycle_suspends_idle_and_archives_dormant():
+    now = 200 * DAY
+    threads = [thread("a", last_active=now - 20 * DAY), thread("b", status="suspended", last_active=now - 60 * DAY),
+               thread("c", last_active=now - DAY)]
+    assert ais.lifecycle_changes(threads, now, CFG) == [("a", "suspended"), ("b", "archived")]
+
+
+@pytest.mark.parametrize("text,kind", [
+    ("Replace the session cookie with JWT instead of server sessions", "replaces"),
+    ("That approach was wrong, revert it", "contradicts"),
+    ("This depends on the migration being merged", "depends"),
+    ("Add more tests to the parser", "extends"),
+    ("On remplace le cache par Redis", "replaces"),
+    ("Esto depende de la migración", "depends"),
+])
+def test_bridge_type_from_wording(text, kind):
+    assert ais.bridge_type(text) == kind
+
+
+def test_bridges_direct_then_gossip_with_decay_depth_and_no_duplicates():
+    now = 1000.0
+    existing = [ais.make_bridge("b", "c", "extends", 0.9, "", 0, now),
+                ais.make_bridge("c", "d", "extends", 0.9, "", 0, now),
+                ais.make_bridge("d", "e", "extends", 0.9, "", 0, now)]
+    new = ais.plan_bridges("a", [("b", 0.8), ("a", 0.9), ("z", 0.1)], existing, CFG, now)
+    pairs = {(b["target_id"], b["propagation_depth"]): b["confidence"] for b in new}
+    assert pairs[("b", 0)] == pytest.approx(0.8)  # confidence = similarity
+    assert pairs[("c", 1)] == pytest.approx(0.8 * 0.9 * 0.8, abs=1e-3)
+    assert pairs[("d", 2)] == pytest.approx(0.8 * 0.9 * 0.8 * 0.9 * 0.8, abs=1e-3)
+    assert ("e", 3) not in pairs  # depth limit 2
+    assert all(b["target_id"] not in ("a", "z") for b in new)  # no self bridge, none under threshold
+    again = ais.plan_bridges("a", [("b", 0.8)], existing + new, CFG, now)
+    assert again == []  # no duplicate pair
+
+
+def test_prune_drops_dangling_decayed_and_over_cap():
+    now = 400 * DAY
+    fresh = [ais.make_bridge("hub", f"n{i}", "extends", 0.5 + i / 100, "", 0, now) for i in range(15)]
+    old = ais.make_bridge("hub", "n0", "extends", 0.3, "", 0, 0.0)  # 400 days at a 30-day half-life
+    dangling = ais.make_bridge("hub", "gone", "extends", 0.9, "", 0, now)
+    live = {"hub"} | {f"n{i}" for i in range(15)}
+    drop = ais.bridges_to_prune(fresh + [old, dangling], live, CFG, now)
+    assert old["id"] in drop and dangling["id"] in drop
+    kept = [b for b in fresh if b["id"] not in drop]
+    assert len(kept) == CFG["bridge_cap"]
+    assert min(b["confidence"] for b in kept) > max(b["confidence"] for b in fresh if b["id"] in drop)
+
+
+@pytest.mark.parametrize("text,rule", [
+    ("remember: run the linter before committing", "Run the linter before committing"),
+    ("Rule: no print statements in library code.", "No print statements in library code"),
+    ("always use type hints", "Always use type hints"),
+    ("Never push to main directly!", "Never push to main directly"),
+    ("rappelle-toi : les tests d'abord", "Les tests d'abord"),
+    ("règle : pas de dépendances", "Pas de dépendances"),
+    ("toujours documenter les API", "Toujours documenter les API"),
+    ("jamais de secrets dans le dépôt", "Jamais de secrets dans le dépôt"),
+    ("recuerda: usar pytest", "Usar pytest"),
+    ("regla: sin globales", "Sin globales"),
+    ("siempre revisar el diff", "Siempre revisar el diff"),
+    ("nunca borrar migraciones", "Nunca borrar migraciones"),
+])
+def test_rules_detected_in_three_languages(text, rule):
+    assert ais.detect_rules(text) == [rule]
+
+
+def test_rules_ignore_mid_sentence_and_never_mind_and_dedupe():
+    assert ais.detect_rules("never mind, I always forget") == []
+    assert ais.detect_rules("I think we always do that") == []
+    rules = []
+    assert len(ais.merge_rules(rules, ["Always use type hints", "always use type hints!"], 0)) == 1
+    assert len(rules) == 1
+
+
+def test_bm25_matches_the_okapi_formula():
+    index = ais.LexicalIndex()
+    index.add("d1", ["jwt", "token", "token"])
+    index.add("d2", ["postgres", "migration"])
+    index.add("d3", ["css"])
+    scores = index.scores(["token"])
+    n, df, avg = 3, 1, 2.0
+    idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+    expected = idf * 2 * 2.2 / (2 + 1.2 * (1 - 0.75 + 0.75 * 3 / avg))
+    assert scores == {"d1": pytest.approx(expected)}
+    index.remove("d1")
+    assert index.scores(["token"]) == {}
+
+
+def test_packing_respects_budget_dedupes_and_shortens_the_last_item():
+    items = [{"text": t, "line": t} for t in ["a" * 300, "a" * 300, "b" * 500, "c" * 900]]
+    packed = ais.pack_items(items, 1000, max_item=420)
+    assert sum(len(i["line"]) + 1 for i in packed) <= 1000
+    assert [i["line"][0] for i in packed] == ["a", "b", "c"]
+    assert packed[-1]["line"].endswith("…")

@@ -1,0 +1,218 @@
+"""End to end: the real Claude Code CLI, ai_smartness installed by install.sh, a scripted model.
+
+Each test gets a temporary project (with a foreign hook and setting already in
+.claude/settings.json) and a temporary HOME, installs ai_smartness there, and runs `claude -p`
+against tests/fake_anthropic.py. What the product did is read from the request bodies the model
+would have received. The CLI comes from AI_SMARTNESS_CLAUDE_BIN (tests/run.sh installs it); without
+it these tests skip, or fail when CI is set.
+"""
+
+import json
+import os
+import re
+import urllib.request
+
+import pytest
+
+from e2e_support import Sandbox, claude_bin, json_strings, wait_for
+from fake_anthropic import (FakeAnthropic, request_text, system_entries, tool_results, tool_use,
+                            user_prompt)
+
+# Distinctive tokens: found in the model's input only if memory carried them there.
+FILE_TOKEN = "zebracorn7731"
+PROMPT_TOKEN = "quokka5150"
+AUTH_PY = '''"""Auth service, JWT refresh token rotation ({token})."""
+import hmac
+import secrets
+
+REFRESH_TOKEN_TTL = 14 * 24 * 3600  # refresh tokens live two weeks
+
+
+def rotate_refresh_token(store, old_token):
+    """Rotate a JWT refresh token: revoke the old one, issue and remember a new one."""
+    if not store.is_valid(old_token):
+        raise PermissionError("refresh token reuse detected, revoking the family")
+    store.revoke(old_token)
+    new_token = secrets.token_urlsafe(32)
+    store.save(new_token, ttl=REFRESH_TOKEN_TTL)
+    return new_token
+'''.format(token=FILE_TOKEN)
+SESSION1_PROMPT = "Please refactor the JWT refresh token rotation in auth.py (ticket %s)" % PROMPT_TOKEN
+SESSION2_PROMPT = "Continue the JWT refresh token rotation refactoring in auth.py"
+BRIEFING_MARK = "SessionStart hook additional context:"
+MEMORY_MARK = "UserPromptSubmit hook additional context:"
+HOOK_EVENTS = {"start": "SessionStart", "inject": "UserPromptSubmit", "pretool": "PreToolUse",
+               "capture": "PostToolUse", "stop": "Stop", "precompact": "PreCompact",
+               "end": "SessionEnd"}
+FINAL = "All done."
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    claude = claude_bin()
+    if not claude:
+        message = ("real Claude Code CLI not found: set AI_SMARTNESS_CLAUDE_BIN to its binary "
+                   "(tests/run.sh installs @anthropic-ai/claude-code@2.1.197 and sets it)")
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    box = Sandbox(tmp_path, claude)
+    try:
+        done = box.install()
+        assert done.returncode == 0, "install.sh failed:\n%s\n%s" % (done.stdout, done.stderr)
+        yield box
+    finally:
+        box.stop_daemon()
+
+
+def run_ok(box, api, prompt):
+    """Run one session and check the scripted conversation ran to its end."""
+    run = box.run_claude(api, prompt)
+    assert run.returncode == 0 and run.result, run
+    assert not run.result.get("is_error") and run.result.get("result") == FINAL, run
+    assert not api.errors, api.errors
+    return api.bodies()
+
+
+def assert_hooks_fired(first_body):
+    """Our SessionStart hook reached the model. An invalid settings field silently disables
+    every hook while claude still exits 0, so every run checks this."""
+    briefings = [s for s in system_entries(first_body) if BRIEFING_MARK in s]
+    assert briefings, ("no SessionStart hook context reached the model: hooks did not fire "
+                       "(invalid settings.json?). System entries: %r" % system_entries(first_body))
+    briefing = briefings[0].split(BRIEFING_MARK, 1)[1]
+    assert "ai_smartness" in briefing and ".ai/recall/" in briefing, briefing
+
+
+def memory_context(body):
+    """The text after 'UserPromptSubmit hook additional context:' in the system entries."""
+    return "\n".join(s.split(MEMORY_MARK, 1)[1] for s in system_entries(body) if MEMORY_MARK in s)
+
+
+def threads_mentioning(box, token):
+    """Ids of threads whose listing or full record mentions token (the CLI drains the inbox)."""
+    listing = box.cli_json("threads")
+    if listing is None:
+        return []
+    threads = listing.get("threads", listing) if isinstance(listing, dict) else listing
+    found = []
+    for thread in threads if isinstance(threads, list) else []:
+        tid = thread.get("id") if isinstance(thread, dict) else None
+        if not tid:
+            continue
+        texts = json_strings(thread) + json_strings(box.cli_json("thread", tid))
+        if any(token in s.lower() for s in texts):
+            found.append(tid)
+    return found
+
+
+@pytest.mark.parametrize("recall_path", ["absolute", "relative"])
+def test_memory_flows_from_one_session_to_the_next(sandbox, recall_path):
+    box = sandbox
+    auth_py = box.write("auth.py", AUTH_PY)
+
+    # Session 1: the model reads auth.py and runs a command; the hooks capture both.
+    session1 = [tool_use("Read", {"file_path": str(auth_py)}, id="toolu_read_auth"),
+                tool_use("Bash", {"command": "echo rotation-check-ok",
+                                  "description": "Check the shell"}, id="toolu_echo"),
+                FINAL]
+    with FakeAnthropic(session1) as api:
+        bodies = run_ok(box, api, SESSION1_PROMPT)
+    assert_hooks_fired(bodies[0])
+    read = [r for r in tool_results(bodies[1]) if r["tool_use_id"] == "toolu_read_auth"]
+    assert read and not read[0]["is_error"] and FILE_TOKEN in read[0]["text"], read
+    assert any(line.startswith("Read\t") for line in box.marker_lines()), box.marker_lines()
+
+    # The Read result became (part of) a thread; captures are processed asynchronously.
+    threads = wait_for(lambda: threads_mentioning(box, FILE_TOKEN), timeout=90)
+    assert threads, "no thread holds the Read content: %s %s" % (
+        box.cli("threads", "--json").stdout, box.cli("status", "--json").stdout)
+
+    # Session 2, same topic: memory arrives with the prompt, and a recall Read answers in-turn.
+    query = "jwt refresh token"
+    recall = (str(box.project / ".ai" / "recall" / query) if recall_path == "absolute"
+              else ".ai/recall/" + query)
+    session2 = [tool_use("Read", {"file_path": recall}, id="toolu_recall"), FINAL]
+    marker_before = len(box.marker_lines())
+    with FakeAnthropic(session2) as api:
+        bodies = run_ok(box, api, SESSION2_PROMPT)
+    assert_hooks_fired(bodies[0])
+    memory = memory_context(bodies[0])
+    assert "ai_smartness" in memory, "no memory context with the prompt: %r" % system_entries(bodies[0])
+    assert FILE_TOKEN in memory.lower() or PROMPT_TOKEN in memory.lower(), memory
+
+    results = [r for r in tool_results(bodies[1]) if r["tool_use_id"] == "toolu_recall"]
+    assert results, tool_results(bodies[1])
+    assert not results[0]["is_error"], "recall Read came back as an error: %r" % results[0]
+    assert FILE_TOKEN in results[0]["text"].lower(), results[0]
+    # The foreign PostToolUse hook still ran, on the Read that our PreToolUse redirected.
+    new_lines = box.marker_lines()[marker_before:]
+    assert any(re.match(r"Read\t.*/\.ai/cache/recall/", line) for line in new_lines), new_lines
+
+
+def test_install_keeps_foreign_settings_and_uninstall_restores_them(sandbox):
+    box = sandbox
+    settings = box.settings()
+    for key, value in box.foreign_settings.items():
+        if key != "hooks":
+            assert settings.get(key) == value, (key, settings)
+    assert box.foreign_entry in settings["hooks"]["PostToolUse"], settings["hooks"]
+    ai_dir = str(box.project / ".ai")
+    for name, event in HOOK_EVENTS.items():
+        commands = [h.get("command", "") for entry in settings["hooks"].get(event, [])
+                    for h in entry.get("hooks", [])]
+        ours = [c for c in commands if "-m ai_smartness hook %s" % name in c]
+        assert len(ours) == 1 and ai_dir in ours[0], (event, commands)
+
+    # Installed, both hook sets fire.
+    box.write("README.md", "hello from the readme\n")
+    script = [tool_use("Read", {"file_path": str(box.project / "README.md")}), FINAL]
+    with FakeAnthropic(script) as api:
+        bodies = run_ok(box, api, "what is in the readme")
+    assert_hooks_fired(bodies[0])
+    assert len(box.marker_lines()) == 1, box.marker_lines()
+
+    box.stop_daemon()
+    done = box.install("--uninstall")
+    assert done.returncode == 0, "install.sh --uninstall failed:\n%s\n%s" % (done.stdout, done.stderr)
+    assert box.settings_path.read_bytes() == box.original_settings
+
+    # Uninstalled, only the foreign hook is left.
+    with FakeAnthropic(script) as api:
+        bodies = run_ok(box, api, "what is in the readme")
+    assert not any(BRIEFING_MARK in s for s in system_entries(bodies[0])), system_entries(bodies[0])
+    assert len(box.marker_lines()) == 2, box.marker_lines()
+
+
+def test_fake_anthropic_streams_the_scripted_turns():
+    """The stand-in alone (runs without the CLI): SSE shape, turn counting, side requests."""
+    def post(url, body):
+        request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.read().decode()
+
+    first = {"tools": [{"name": "Read"}], "stream": True,
+             "messages": [{"role": "user", "content": [{"type": "text", "text": "go"}]},
+                          {"role": "system", "content": [{"type": "text", "text": "CTX"}]}]}
+    with FakeAnthropic([tool_use("Read", {"file_path": "/x"}, id="toolu_1"), FINAL]) as api:
+        stream = post(api.url + "/v1/messages?beta=true", first)
+        events = re.findall(r"^event: (\w+)$", stream, re.M)
+        assert events == ["message_start", "content_block_start", "content_block_delta",
+                          "content_block_stop", "message_delta", "message_stop"]
+        assert '"stop_reason": "tool_use"' in stream and "input_json_delta" in stream
+        second = dict(first, messages=first["messages"] + [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read",
+                                               "input": {"file_path": "/x"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                          "content": "1\tRESULT"}]}])
+        assert '"text_delta", "text": "%s"' % FINAL in post(api.url + "/v1/messages", second)
+        assert "OK" in post(api.url + "/v1/messages", {"messages": first["messages"]})
+        assert [r.kind for r in api.requests] == ["main", "main", "side"]
+        assert system_entries(api.bodies()[1]) == ["CTX"]
+        assert tool_results(api.bodies()[1]) == [
+            {"tool_use_id": "toolu_1", "is_error": False, "text": "1\tRESULT"}]
+        assert "RESULT" in request_text(api.bodies()[1]) and not api.errors
+
+    with FakeAnthropic(lambda body: "you said " + user_prompt(body)) as api:
+        assert "you said go" in post(api.url + "/v1/messages", dict(first, stream=False))

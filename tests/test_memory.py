@@ -1,0 +1,178 @@
+"""The engine end to end in-process: threads from interleaved topics, retrieval, lifecycle."""
+import collections
+import json
+
+import pytest
+
+import ai_smartness as ais
+import topics_data
+
+DAY = ais.DAY
+
+
+def fill(project, embedder="fake"):
+    mem = ais.open_memory(str(project), embedder=embedder)
+    owner = {}
+    for topic, text in topics_data.interleaved():
+        owner[mem.capture(text)["message_id"]] = topic
+    return mem, owner
+
+
+def thread_topics(mem, owner):
+    return {tid: collections.Counter(owner[m["id"]] for m in t["messages"]) for tid, t in mem.threads.items()}
+
+
+def check_three_topics(mem, owner):
+    """3 threads (plus forks), each holding one topic's messages only; search and recall put
+    the topic's thread first."""
+    per_thread = thread_topics(mem, owner)
+    assert all(len(c) == 1 for c in per_thread.values()), per_thread
+    roots = [tid for tid, t in mem.threads.items() if not t.get("parent_id")]
+    assert sorted(next(iter(per_thread[t])) for t in roots) == ["css", "jwt", "postgres"]
+    for query, topic in (("JWT refresh token", "jwt"), ("Postgres migration", "postgres"),
+                         ("CSS layout bug in the sidebar", "css")):
+        hits = mem.search(query, 5)
+        assert [owner[h["message_id"]] for h in hits] == [topic] * 5
+        text = mem.recall(query)
+        first = text.split("Thread \"", 1)[1]
+        first_tid = first.split("[", 1)[1].split("]", 1)[0]
+        assert set(per_thread[first_tid]) == {topic}
+
+
+def test_interleaved_topics_make_three_clean_threads(project):
+    mem, owner = fill(project)
+    check_three_topics(mem, owner)
+    assert len(mem.msgs) == 20
+
+
+def test_decisions_are_logged_with_scores(project):
+    fill(project)
+    lines = [json.loads(l) for l in (project / ".ai" / "logs" / "ai_smartness.log").read_text().splitlines()]
+    decisions = [l for l in lines if l["msg"] == "decision"]
+    assert len(decisions) == 20
+    assert all("score" in d and "top" in d and d["llm_used"] is False for d in decisions)
+
+
+def test_bridges_link_threads_and_never_duplicate(project):
+    mem, _ = fill(project)
+    mem.capture("The Postgres migration depends on the JWT refresh token table being created first")
+    pairs = [ais.pair_key(b["source_id"], b["target_id"]) for b in mem.bridges.values()]
+    assert pairs and len(pairs) == len(set(pairs))
+    assert all(b["source_id"] != b["target_id"] for b in mem.bridges.values())
+    assert all(0 < b["confidence"] <= 1 for b in mem.bridges.values())
+    assert len({round(b["confidence"], 4) for b in mem.bridges.values()}) >= 1
+
+
+def test_capture_at_keeps_the_content_time_and_noise_is_skipped(project):
+    mem = ais.open_memory(str(project))
+    result = mem.capture("Imported note about kafka consumer lag", at="2023-05-08T13:56:00")
+    msg = mem.msgs[result["message_id"]]
+    assert msg["ts"] == "2023-05-08T13:56:00Z"
+    for ack in ("ok", "merci", "Thanks!", "sí", '{"type":"text","ok":true}', "<ide_opened_file>x</ide_opened_file>"):
+        assert mem.capture(ack)["action"] == "SKIPPED"
+
+
+def test_secrets_are_redacted_before_storage(project):
+    mem = ais.open_memory(str(project))
+    mem.capture("deploy with ANTHROPIC_API_KEY=sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123 and "
+                "postgres://admin:hunter2secret@db.internal:5432/app")
+    raw = "".join(p.read_text() for p in (project / ".ai" / "db" / "threads").iterdir())
+    assert "sk-ant-api03" not in raw and "hunter2secret" not in raw
+    assert "[REDACTED:" in raw
+
+
+def test_suspended_thread_is_reactivated_by_related_content(project):
+    mem, owner = fill(project)
+    css = next(tid for tid, c in thread_topics(mem, owner).items() if "css" in c)
+    mem.set_status([css], "suspended")
+    result = mem.capture("CSS layout bug: the sidebar grid breaks the layout again on narrow screens")
+    assert result["action"] == "REACTIVATE" and result["thread_id"] == css
+    assert mem.threads[css]["status"] == "active"
+
+
+def test_recall_reactivates_a_suspended_match_and_says_so(project):
+    mem, owner = fill(project)
+    jwt = next(tid for tid, c in thread_topics(mem, owner).items() if "jwt" in c)
+    mem.set_status([jwt], "suspended")
+    text = mem.recall("JWT refresh token rotation")
+    assert ais.tr("recall_reactivated") in text
+    assert mem.threads[jwt]["status"] == "active"
+    assert mem.recall(jwt).startswith("Thread \"")  # a thread id returns that thread
+
+
+def test_active_limit_suspends_the_least_relevant(project):
+    (project / ".ai").mkdir()
+    (project / ".ai" / "config.json").write_text(json.dumps({"mode": "light"}))
+    mem = ais.open_memory(str(project))
+    subjects = ["kafka", "redis", "nginx", "terraform", "graphql", "webpack", "django", "flutter", "rust",
+                "golang", "kubernetes", "elastic", "spark", "airflow", "ansible", "grafana", "vault"]
+    for s in subjects:
+        mem.capture(f"{s} {s}-internals {s}-tuning")
+    statuses = collections.Counter(t["status"] for t in mem.threads.values())
+    assert len(mem.threads) >= 16
+    assert statuses["active"] == 15 and statuses["suspended"] == len(mem.threads) - 15
+
+
+def test_idle_threads_are_suspended_then_archived(project):
+    mem = ais.open_memory(str(project))
+    mem.capture("Old work on the kafka consumer group rebalancing", at="2020-01-01T00:00:00")
+    assert [t["status"] for t in mem.threads.values()] == ["active"]  # idle relative to its own time
+    mem.capture("Recent work on the frontend router", at=ais.iso(mem.clock() - 20 * DAY))
+    assert sorted(t["status"] for t in mem.threads.values()) == ["active", "suspended"]
+    mem.capture("Another unrelated topic: invoices in PDF")
+    assert sorted(t["status"] for t in mem.threads.values()) == ["active", "archived", "suspended"]
+
+
+def test_context_fits_the_budget_dates_every_item_and_reports_ids(project):
+    mem, owner = fill(project)
+    mem.add_rules(["Always use type hints"], mem.clock())
+    ctx = mem.context("JWT refresh token rotation", budget=800)
+    assert len(ctx["text"]) <= 800
+    assert "Always use type hints" in ctx["text"]
+    assert ctx["message_ids"] and all(owner[m] == "jwt" for m in ctx["message_ids"][:3])
+    assert "data, not instructions" in ctx["text"]
+    item_lines = [l for l in ctx["text"].splitlines() if l.startswith("  - ")]
+    assert item_lines and all(l.startswith("  - [20") for l in item_lines)
+
+
+def test_forget_removes_thread_and_its_bridges(project):
+    mem, owner = fill(project)
+    mem.capture("The Postgres migration depends on the JWT refresh token table")
+    tid = next(iter(mem.threads))
+    mem.forget(tid)
+    fresh = ais.open_memory(str(project))
+    fresh.ensure_loaded()
+    assert tid not in fresh.threads
+    assert all(tid not in (b["source_id"], b["target_id"]) for b in fresh.bridges.values())
+    with pytest.raises(ais.NotFound):
+        fresh.forget(tid)
+
+
+def test_model_mixing_is_detected_and_reindex_fixes_it(project):
+    fill(project, embedder="fake")
+    mem = ais.open_memory(str(project), embedder="hash")
+    stats = mem.stats()
+    assert stats["mixed_models"] == ["fake-v1"] and stats["embedding_coverage"] == 0
+    seen = []
+    assert mem.reindex(lambda done, total: seen.append((done, total))) == len(mem.threads)
+    assert seen[-1][0] == seen[-1][1]
+    stats = ais.open_memory(str(project), embedder="hash").stats()
+    assert stats["mixed_models"] == [] and stats["embedding_coverage"] == 1.0
+
+
+def test_full_thread_continues_in_a_child_instead_of_dropping(project, monkeypatch):
+    monkeypatch.setattr(ais, "MAX_THREAD_MESSAGES", 5)
+    mem = ais.open_memory(str(project))
+    for i in range(12):
+        mem.capture(f"kafka consumer lag investigation step {i}")
+    assert len(mem.msgs) == 12
+    assert all(len(t["messages"]) <= 5 for t in mem.threads.values())
+    assert any(t.get("parent_id") for t in mem.threads.values())
+
+
+def test_daemon_reload_sees_changes_made_by_another_process(project):
+    reader, _ = fill(project)
+    writer = ais.open_memory(str(project))
+    writer.capture("A new topic: Terraform state locking in S3 with DynamoDB")
+    hits = reader.search("terraform state locking", 1)
+    assert "Terraform" in hits[0]["text"]

