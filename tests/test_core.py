@@ -98,19 +98,23 @@ def test_bridge_type_from_wording(text, kind):
     assert ais.bridge_type(text) == kind
 
 
+def links_of(bridges):
+    return lambda tid: [b for b in bridges if tid in (b["source_id"], b["target_id"])]
+
+
 def test_bridges_direct_then_gossip_with_decay_depth_and_no_duplicates():
     now = 1000.0
     existing = [ais.make_bridge("b", "c", "extends", 0.9, "", 0, now),
                 ais.make_bridge("c", "d", "extends", 0.9, "", 0, now),
                 ais.make_bridge("d", "e", "extends", 0.9, "", 0, now)]
-    new = ais.plan_bridges("a", [("b", 0.8), ("a", 0.9), ("z", 0.1)], existing, CFG, now)
+    new = ais.plan_bridges("a", [("b", 0.8), ("a", 0.9), ("z", 0.1)], links_of(existing), CFG, now)
     pairs = {(b["target_id"], b["propagation_depth"]): b["confidence"] for b in new}
     assert pairs[("b", 0)] == pytest.approx(0.8)  # confidence = similarity
     assert pairs[("c", 1)] == pytest.approx(0.8 * 0.9 * 0.8, abs=1e-3)
     assert pairs[("d", 2)] == pytest.approx(0.8 * 0.9 * 0.8 * 0.9 * 0.8, abs=1e-3)
     assert ("e", 3) not in pairs  # depth limit 2
     assert all(b["target_id"] not in ("a", "z") for b in new)  # no self bridge, none under threshold
-    again = ais.plan_bridges("a", [("b", 0.8)], existing + new, CFG, now)
+    again = ais.plan_bridges("a", [("b", 0.8)], links_of(existing + new), CFG, now)
     assert again == []  # no duplicate pair
 
 

@@ -292,10 +292,10 @@ def test_stale_status_file_is_not_trusted(proj, who):
 
 def test_client_of_another_version_retires_the_daemon(proj, monkeypatch):
     old = start(proj)["pid"]
-    monkeypatch.setattr(mod, "VERSION", "0.0.0-other")
-    reply = mod.request(store_of(proj), "ping")
+    with monkeypatch.context() as patch:  # not monkeypatch.undo(): that would drop conftest's env too
+        patch.setattr(mod, "VERSION", "0.0.0-other")
+        reply = mod.request(store_of(proj), "ping")
     assert "error" in reply and "retiring" in reply["error"], reply
-    monkeypatch.undo()
     wait_for(lambda: not alive(proj), "the old daemon to retire")
     assert not (proj / ".ai" / "daemon.json").exists()
     proc = hook("capture", bash_payload(proj, "ospreymarker"), proj)

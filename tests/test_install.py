@@ -42,12 +42,12 @@ FOREIGN = """{
 """
 
 
-def run(home, *args, ai_home=None, env=None):
+def run(home, *args, ai_home=None, env=None, cwd=None):
     """install.sh with a temp HOME, no terminal on stdin."""
     env = dict(os.environ, HOME=str(home), AI_SMARTNESS_HOME=str(ai_home or home / "ais_home"),
                **(env or {}))
     return subprocess.run(["bash", str(INSTALL), *map(str, args)], env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=900, cwd=cwd)
 
 
 def ok(proc):
@@ -121,9 +121,10 @@ def check_hooks(project, python=None):
         assert h["type"] == "command"
         assert type(h["timeout"]) is int and 5 <= h["timeout"] <= 30
         words = shlex.split(h["command"], comments=True)
-        assert words[0] == "PYTHONPATH=" + str(project / ".ai")
-        assert words[2:] == ["-m", "ai_smartness", "hook", HOOKS[event]]
-        pythons.add(words[1])
+        # PYTHONSAFEPATH: python 3.11+ then keeps the project folder (cwd) off sys.path.
+        assert words[:2] == ["PYTHONSAFEPATH=1", "PYTHONPATH=" + str(project / ".ai")]
+        assert words[3:] == ["-m", "ai_smartness", "hook", HOOKS[event]]
+        pythons.add(words[2])
     assert len(pythons) == 1
     py = pythons.pop()
     assert os.path.isabs(py) and os.access(py, os.X_OK)
@@ -159,8 +160,8 @@ def test_template_is_the_hooks_block():
     assert set(hooks) == set(HOOKS)
     for event, groups in hooks.items():
         (h,) = groups[0]["hooks"]
-        assert h["command"] == (f"PYTHONPATH='{{{{AI_DIR}}}}' '{{{{PYTHON}}}}' -m ai_smartness "
-                                f"hook {HOOKS[event]} {MARKER}")
+        assert h["command"] == (f"PYTHONSAFEPATH=1 PYTHONPATH='{{{{AI_DIR}}}}' '{{{{PYTHON}}}}' "
+                                f"-m ai_smartness hook {HOOKS[event]} {MARKER}")
 
 
 @pytest.mark.parametrize("original", [FOREIGN, '{"model":"haiku"}', None],
@@ -169,9 +170,11 @@ def test_round_trip(home, project, original):
     if original is not None:
         write_settings(project, original)
     (project / ".gitignore").write_text("node_modules/\n")
+    # Project modules named like stdlib ones must shadow nothing, neither in install.sh nor in hooks.
+    (project / "json.py").write_text("raise SystemExit('the project json.py was imported')\n")
     before = snapshot(project)
 
-    proc = ok(run(home, "--no-embeddings", "--lang", "fr", "--mode", "light", project))
+    proc = ok(run(home, "--no-embeddings", "--lang", "fr", "--mode", "light", project, cwd=project))
     check_hooks(project)
     settings = read_settings(project)
     if original is not None:

@@ -1,0 +1,351 @@
+"""Section 4 (Text) and the text helpers the hooks use, as pure functions: noise, redaction,
+topics, tool captures, user rules and transcript parsing."""
+import json
+
+import pytest
+
+import ai_smartness as ai
+from conftest import fixtures_dir
+
+# ---- noise ----
+
+
+@pytest.mark.parametrize("text", [
+    "ok", "OK.", "okay!", "thanks!", "thank you", "yes please", "lgtm", "go ahead", "sure, continue",
+    "merci", "Merci !", "ok merci", "d'accord", "d’accord", "parfait, merci", "c'est bon", "oui vas-y",
+    "gracias", "muchas gracias", "vale, perfecto", "de acuerdo", "sí", "claro", "👍", "", "   ",
+])
+def test_acknowledgements_are_noise(text):
+    assert ai.is_noise(text)
+    assert ai.prepare_capture(text) is None
+
+
+@pytest.mark.parametrize("text", [
+    "ok, now migrate the users table to postgres",
+    "merci, maintenant ajoute la pagination à l'API",
+    "gracias, ahora añade la paginación a la API",
+    "fix the flaky login test",
+])
+def test_real_requests_are_not_noise(text):
+    assert not ai.is_noise(text)
+    assert ai.prepare_capture(text)["text"] == text
+
+
+def test_ide_and_system_tags_are_removed():
+    raw = ("<ide_opened_file>The user opened /src/app.py in the IDE.</ide_opened_file>"
+           "<ide_selection>The user selected lines 3-9 of /src/app.py</ide_selection>"
+           "<system-reminder>\nsome reminder\n</system-reminder>"
+           "refactor the connection pool to use asyncpg \x1b[31mnow\x1b[0m\x07")
+    entry = ai.prepare_capture(raw)
+    assert entry["text"].split() == ["refactor", "the", "connection", "pool", "to", "use", "asyncpg", "now"]
+    # A prompt made only of IDE tags carries nothing.
+    assert ai.prepare_capture("<ide_opened_file>The user opened /src/app.py</ide_opened_file>") is None
+    assert ai.strip_markup("<command-name>/clear</command-name>\n<local-command-stdout>x</local-command-stdout>") == ""
+
+
+def test_bare_json_metadata_is_noise_but_json_with_prose_is_not():
+    assert ai.is_noise('{"type": "ok", "id": 3, "done": true}')
+    assert ai.is_noise('[1, 2, {"a": "b"}]')
+    assert ai.prepare_capture('{"session_id": "abc", "hook_event_name": "Stop"}', "assistant") is None
+    prose = '{"note": "we decided to move the session cache from redis to postgres for durability"}'
+    assert not ai.is_noise(prose)
+
+
+def test_role_prefixes_are_dropped():
+    assert ai.clean_for_storage("MESSAGE: fix the build") == "fix the build"
+    assert ai.clean_for_storage("Human: fix the build") == "fix the build"
+    assert ai.clean_for_storage("user : fix the build") == "fix the build"
+
+
+def test_capture_size_is_capped():
+    assert len(ai.clean_for_storage("word " * 50000)) <= ai.MAX_MESSAGE_CHARS
+
+# ---- redaction ----
+
+
+SECRETS = {
+    "anthropic": "export KEY=sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-xyz",
+    "openai": "OPENAI_KEY is sk-proj-AbCdEfGhIjKlMnOpQrStUvWx1234",
+    "github": "remote uses ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 today",
+    "github_pat": "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuv",
+    "gitlab": "glpat-AbCdEfGhIjKlMnOpQrSt12",
+    "slack": "xoxb-1234567890-abcdefghij",
+    "aws": "id AKIAIOSFODNN7EXAMPLE",
+    "google": "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+    "stripe": "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+    "npm": "npm_AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "bearer": "Authorization: Bearer abcdefghijklmnop1234567890",
+    "url": "git clone https://alice:s3cr3tP4ss@github.com/x/y.git",
+    "dsn": "postgres://app:hunter22@db.local:5432/app",
+    "password": 'password = "hunter2hunter2"',
+    "env_password": "DB_PASSWORD=hunter2hunter2",
+    "env_token": "export GITHUB_TOKEN=abcdefghijklmnopqrstuvwxyz123",
+    "env_aws_secret": "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "mot_de_passe": "mot de passe : hunter2hunter2",
+    "contrasena": "contraseña: hunter2hunter2",
+    "private_key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nabc\n-----END RSA PRIVATE KEY-----",
+    "openssh_key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
+}
+SECRET_VALUES = ["sk-ant-api03-AbCd", "sk-proj-AbCd", "ghp_AbCd", "github_pat_11", "glpat-AbCd", "xoxb-1234",
+                 "AKIAIOSFODNN7EXAMPLE", "AIzaSyA123", "sk_live_4eC3", "npm_AbCd", "eyJhbGciOiJIUzI1NiJ9",
+                 "abcdefghijklmnop1234567890", "s3cr3tP4ss", "hunter2", "abcdefghijklmnopqrstuvwxyz123",
+                 "wJalrXUtnFEMI", "MIIEowIBAAKCAQEA", "b3BlbnNzaC1rZXktdjEAAAAA"]
+
+
+@pytest.mark.parametrize("kind", sorted(SECRETS))
+def test_each_secret_kind_is_redacted(kind):
+    out = ai.redact(SECRETS[kind])
+    assert "[REDACTED:" in out, out
+    assert not [v for v in SECRET_VALUES if v in out], out
+
+
+def test_redaction_keeps_the_harmless_context():
+    assert ai.redact("git clone https://alice:s3cr3tP4ss@github.com/x/y.git").startswith(
+        "git clone https://alice:[REDACTED")
+    assert ai.redact("-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----\nafter").endswith("after")
+    assert ai.clean_for_storage("my key sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWx") == "my key [REDACTED:anthropic_key]"
+
+
+@pytest.mark.parametrize("text", [
+    "The password field must be validated before submit.",
+    "Use the token bucket algorithm for rate limiting",
+    "refresh token: revoke the old one",
+    "https://github.com/x/y.git and http://localhost:3000/path?page=2",
+    "secret: the key is in vault",
+    "def get_api_key(): return os.environ['KEY']",
+    "the api_key parameter is optional; see task-1234 skeleton",
+    "mail alice@example.com about the sk-ant prefix",
+    "Bearer of bad news",
+    "le mot de passe doit être changé",
+])
+def test_ordinary_text_is_untouched(text):
+    assert ai.redact(text) == text
+
+# ---- topics ----
+
+
+def test_topics_have_no_role_prefix_and_no_generic_words():
+    ex = ai.EXTRACTOR.extract("MESSAGE: Fix the postgres migration in alembic for the users table")
+    assert not ex["title"].lower().startswith("message")
+    assert "message" not in ex["topics"] and "postgres" in ex["topics"] and "alembic" in ex["topics"]
+    generic = ai.EXTRACTOR.extract("User: I need to fix the file and update the code, the function has an error")
+    assert not set(generic["topics"]) & (ai.GENERIC_WORDS | ai.STOPWORDS | {"user"})
+
+
+def test_topics_prefer_identifiers_and_the_file_name():
+    ex = ai.EXTRACTOR.extract("the retry loop in fetch_orders calls OrderClient with a JWT", "file_read",
+                              "/src/billing/invoices.py")
+    assert ex["topics"][0] == "invoices"
+    assert "fetch_orders" in ex["topics"]
+    assert ex["title"].startswith("invoices.py")
+
+
+def test_topics_dedupe_stems():
+    topics = ai.EXTRACTOR.topics("migration migrations migration postgres")
+    assert len([t for t in topics if t.startswith("migration")]) == 1
+
+# ---- tool captures (shapes observed from Claude Code) ----
+
+
+BASE = {"session_id": "s", "transcript_path": "/home/u/.claude/projects/p/s.jsonl", "cwd": "/home/u/proj",
+        "hook_event_name": "PostToolUse"}
+DATA_DIR = "/home/u/proj/.ai"
+
+
+def post(tool, tool_input, tool_response):
+    return dict(BASE, tool_name=tool, tool_input=tool_input, tool_response=tool_response)
+
+
+def test_capture_read():
+    cap = ai.tool_capture(post("Read", {"file_path": "/home/u/proj/src/db.py"}, {
+        "type": "text", "file": {"filePath": "/home/u/proj/src/db.py", "content": "def connect():\n    return pool\n",
+                                 "numLines": 3, "startLine": 1, "totalLines": 3}}), DATA_DIR)
+    assert cap["origin"] == "file_read" and cap["file"] == "/home/u/proj/src/db.py"
+    assert "src/db.py" in cap["text"] and "def connect()" in cap["text"]
+
+
+def test_capture_read_of_a_long_file_keeps_head_and_definitions():
+    content = "\n".join(f"x{i} = {i}" for i in range(2000)) + "\ndef late_function():\n    pass\n"
+    cap = ai.tool_capture(post("Read", {"file_path": "/p/big.py"}, {"type": "text", "file": {
+        "filePath": "/p/big.py", "content": content}}), DATA_DIR)
+    assert "x0 = 0" in cap["text"] and "def late_function():" in cap["text"] and len(cap["text"]) < 4000
+
+
+def test_capture_write_and_edit():
+    write = ai.tool_capture(post("Write", {"file_path": "/p/new.txt", "content": "alpha\nbeta\n"}, {
+        "type": "create", "filePath": "/p/new.txt", "content": "alpha\nbeta\n", "structuredPatch": [],
+        "originalFile": None}), DATA_DIR)
+    assert write["origin"] == "file_write" and "/p/new.txt" in write["text"] and "beta" in write["text"]
+    edit = ai.tool_capture(post("Edit", {"file_path": "/p/new.txt", "old_string": "beta", "new_string": "gamma",
+                                         "replace_all": False},
+                                {"filePath": "/p/new.txt", "oldString": "beta", "newString": "gamma",
+                                 "originalFile": "alpha\nbeta\n", "structuredPatch": []}), DATA_DIR)
+    assert edit["origin"] == "file_write" and "- beta" in edit["text"] and "+ gamma" in edit["text"]
+    multi = ai.tool_capture(post("MultiEdit", {"file_path": "/p/a.py", "edits": [
+        {"old_string": "one", "new_string": "uno"}, {"old_string": "two", "new_string": "dos"}]}, {}), DATA_DIR)
+    assert "uno" in multi["text"] and "dos" in multi["text"]
+
+
+def test_capture_bash():
+    cap = ai.tool_capture(post("Bash", {"command": "pytest -q tests/test_db.py", "description": "run db tests"}, {
+        "stdout": "3 passed in 0.2s", "stderr": "warning: slow", "interrupted": False, "isImage": False}), DATA_DIR)
+    assert cap["origin"] == "command"
+    assert cap["text"].startswith("$ pytest -q tests/test_db.py (run db tests)")
+    assert "3 passed" in cap["text"] and "warning: slow" in cap["text"]
+
+
+def test_capture_task_webfetch_websearch():
+    task = ai.tool_capture(post("Task", {"description": "QA build", "prompt": "run the build", "subagent_type": "x"}, {
+        "status": "completed", "content": [{"type": "text", "text": "The build passes after two fixes."}]}), DATA_DIR)
+    assert task["origin"] == "task" and "QA build" in task["text"] and "build passes" in task["text"]
+    fetch = ai.tool_capture(post("WebFetch", {"url": "https://example.org/x", "prompt": "what error?"}, {
+        "bytes": 10, "code": 200, "result": "Deployment has failed", "url": "https://example.org/x"}), DATA_DIR)
+    assert fetch["origin"] == "fetch" and "https://example.org/x" in fetch["text"] and "Deployment has failed" in fetch["text"]
+    search = ai.tool_capture(post("WebSearch", {"query": "react-hook-form version"}, {
+        "query": "react-hook-form version", "results": [
+            {"tool_use_id": "t", "content": [{"title": "Releases", "url": "https://github.com/x"}]},
+            "The latest version is 7.71.1."]}), DATA_DIR)
+    assert "react-hook-form version" in search["text"] and "7.71.1" in search["text"]
+
+
+def test_capture_skips_uncaptured_tools_and_our_own_files():
+    for tool in ("Grep", "Glob", "TaskUpdate", "EnterPlanMode", "TodoWrite", None):
+        assert ai.tool_capture(post(tool, {"pattern": "x"}, {"filenames": []}), DATA_DIR) is None
+    own = post("Read", {"file_path": DATA_DIR + "/cache/recall/x-1.md"},
+               {"type": "text", "file": {"filePath": DATA_DIR + "/cache/recall/x-1.md", "content": "recalled"}})
+    assert ai.tool_capture(own, DATA_DIR) is None
+    inspect = post("Bash", {"command": "python .ai/ai_smartness.py threads"}, {"stdout": "..."})
+    assert ai.tool_capture(inspect, DATA_DIR) is None
+
+
+@pytest.mark.parametrize("payload", [
+    {}, {"tool_name": "Read"}, {"tool_name": "Read", "tool_input": "x", "tool_response": 3},
+    {"tool_name": "Read", "tool_input": {"file_path": 5}, "tool_response": {"file": "nope"}},
+    {"tool_name": "Bash", "tool_input": None, "tool_response": ["a", {"stdout": 1}]},
+    {"tool_name": "Edit", "tool_input": {"edits": "bad"}, "tool_response": None},
+    {"tool_name": "WebFetch", "tool_input": {}, "tool_response": {"result": None}},
+])
+def test_capture_tolerates_odd_shapes(payload):
+    cap = ai.tool_capture(payload, DATA_DIR)
+    assert cap is None or isinstance(cap["text"], str)
+
+
+def test_capture_of_every_real_post_tool_payload():
+    root = fixtures_dir("claude-code")
+    payloads = []
+    for path in sorted(root.glob("hook-payloads-real/*/post_tool_use*.json")):
+        payloads += json.loads(path.read_text(encoding="utf-8"))
+    for path in sorted(root.glob("hook-payloads-observed/PostToolUse*.json")):
+        payloads.append(json.loads(path.read_text(encoding="utf-8")))
+    captured = 0
+    for payload in payloads:
+        cap = ai.tool_capture(payload, "/home/user/proj/.ai")
+        if cap:
+            captured += 1
+            assert cap["origin"] in ai.ORIGINS and cap["text"].strip()
+    assert captured >= 10
+
+# ---- user rules ----
+
+
+@pytest.mark.parametrize("text,rule", [
+    ("remember: always use type hints", "Always use type hints"),
+    ("Rule: keep functions small", "Keep functions small"),
+    ("never push to main.", "Never push to main"),
+    ("Please fix it.\nAlways run the linter before committing!", "Always run the linter before committing"),
+    ("Rappelle-toi : toujours utiliser black", "Toujours utiliser black"),
+    ("souviens-toi: pas de print dans le code", "Pas de print dans le code"),
+    ("Règle : les tests d'abord", "Les tests d'abord"),
+    ("jamais de commit sur main", "Jamais de commit sur main"),
+    ("recuerda: usar pytest", "Usar pytest"),
+    ("Regla: documentar las funciones", "Documentar las funciones"),
+    ("siempre escribir pruebas", "Siempre escribir pruebas"),
+    ("nunca usar print", "Nunca usar print"),
+])
+def test_rules_are_detected(text, rule):
+    assert ai.detect_rules(text) == [rule]
+
+
+@pytest.mark.parametrize("text", [
+    "never mind", "Never mind, that was wrong.", "NEVER MIND", "I always forget the flags",
+    "we never deployed on a Friday", "Always?", "Always use tabs?", "how do I remember: the syntax",
+    "", "fix the login bug",
+])
+def test_non_rules(text):
+    assert ai.detect_rules(text) == []
+
+
+def test_merge_rules_ignores_case_and_punctuation():
+    rules = []
+    assert len(ai.merge_rules(rules, ["Always use type hints"], 0)) == 1
+    assert ai.merge_rules(rules, ["always use type hints!", "ALWAYS use type-hints"], 0) == []
+    assert [r["text"] for r in rules] == ["Always use type hints"]
+
+# ---- transcripts ----
+
+
+def test_every_fixture_transcript_parses():
+    root = fixtures_dir("claude-code", "transcripts")
+    files = sorted(root.glob("*.jsonl"))
+    assert files
+    for path in files:
+        texts = ai.transcript_texts(str(path))
+        assert texts, path.name
+        assert all(role in ("user", "assistant") and isinstance(text, str) and text for role, text in texts)
+        assert ai.last_assistant_text(str(path)), path.name
+        doc = ai.build_synthesis(texts, {}, 0)
+        assert isinstance(doc["text"], str)
+
+
+def test_inline_sidechain_turns_are_skipped():
+    path = fixtures_dir("claude-code", "transcripts", "cc-v1.0.108_d-kimuson_5c0375b4_inline-sidechain.jsonl")
+    side = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        content = (rec.get("message") or {}).get("content")
+        if rec.get("isSidechain") and isinstance(content, list):
+            side.update(b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text")
+    assert side
+    assert not side & {text for _, text in ai.transcript_texts(str(path))}
+
+
+def test_transcript_odd_records_are_skipped(tmp_path):
+    lines = [
+        "not json at all", "", "42", "null", "[1, 2]", '{"type": "summary", "summary": "old work"}',
+        '{"type": "file-history-snapshot", "snapshot": {}}', '{"type": "progress", "data": {}}',
+        '{"type": "user"}', '{"type": "user", "message": "a string"}', '{"type": "user", "message": {"content": 5}}',
+        json.dumps({"type": "user", "message": {"role": "user", "content": "fix the <ide_selection>x</ide_selection>"
+                                                                        "payment webhook"}}),
+        json.dumps({"type": "assistant", "message": {"content": [
+            {"type": "thinking", "thinking": "secret plan"}, {"type": "tool_use", "name": "Read", "input": {}},
+            {"type": "text", "text": 123}, {"type": "text"}, "oops", {"type": "text", "text": "The webhook is fixed."}]}}),
+        json.dumps({"type": "user", "message": {"content": [{"type": "tool_result", "content": "tool output"}]}}),
+        json.dumps({"type": "assistant", "isSidechain": True, "message": {"content": "subagent text"}}),
+        json.dumps({"type": "brand-new-record", "message": {"content": "future"}}),
+        '{"type": "assistant", "message": {"content": "cut line',
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_bytes("\n".join(lines).encode() + b"\n\xff\xfe garbage\n")
+    texts = [(role, " ".join(text.split())) for role, text in ai.transcript_texts(str(path))]
+    assert texts == [("user", "fix the payment webhook"), ("assistant", "The webhook is fixed.")]
+    assert ai.last_assistant_text(str(path)) == "The webhook is fixed."
+    for missing in (None, 5, str(tmp_path / "absent.jsonl"), str(tmp_path)):
+        assert ai.transcript_texts(missing) == []
+        assert ai.last_assistant_text(missing) == ""
+
+
+def test_synthesis_finds_decisions_and_open_questions():
+    texts = [("user", "Should we keep redis for the session cache?"),
+             ("assistant", "We decided to move sessions to postgres instead of redis. "
+                           "Next step: write the migration for the sessions table."),
+             ("assistant", "The sessions migration is written and tests pass.")]
+    threads = {"t1": {"title": "Session storage", "topics": ["sessions", "postgres"], "status": "active",
+                      "last_active": "2024-01-01T00:00:00Z"}}
+    doc = ai.build_synthesis(texts, threads, 0, "manual", "focus on sessions", "s1")
+    assert any("decided" in d for d in doc["decisions"])
+    assert any("redis" in q for q in doc["open_questions"]) and any("Next step" in q for q in doc["open_questions"])
+    assert "tests pass" in doc["state"]
+    assert doc["threads"][0]["title"] == "Session storage"
+    for part in ("Decisions:", "Open:", "State:", "Threads:"):
+        assert part in doc["text"]
