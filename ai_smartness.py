@@ -220,7 +220,12 @@ def human_age(seconds, lang="en"):
     hours, minutes = divmod(minutes, 60)
     if hours < 48:
         return tr("age_h_min", lang, h=hours, m=minutes) if minutes else tr("age_h", lang, h=hours)
-    return tr("age_days", lang, n=hours // 24)
+    days = hours // 24
+    if days < 60:
+        return tr("age_days", lang, n=days)
+    if days < 730:
+        return tr("age_months", lang, n=days // 30)
+    return tr("age_years", lang, n=days // 365)
 
 
 _I18N = {}
@@ -562,7 +567,7 @@ gracias muchas sí si vale perfecto bueno claro genial listo adelante sigue corr
 _MARKUP_RE = re.compile(
     r"<(system-reminder|ide_[a-z_]+|command-[a-z-]+|local-command-[a-z-]+|user-prompt-submit-hook)"
     r"\b[^>]*>.*?</\1>|<(?:ide_[a-z_]+|command-[a-z-]+)[^>]*/>|\x1b\[[0-9;?]*[ -/]*[@-~]", re.S)
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")  # surrogates: not UTF-8
 _PREFIX_RE = re.compile(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:\s*", re.I)
 # Secrets: each pattern keeps a harmless prefix (group 1) and replaces the secret itself.
 _SECRET_PATTERNS = [
@@ -689,14 +694,22 @@ def words(text):
             if len(w) > 1 and w not in STOPWORDS]
 
 
+_STEMS = {}  # word -> stem: loading 20,000 threads stems millions of words from a small vocabulary
+
+
 def stem(word):
     """Light suffix stripping: enough for 'migrations'/'migration'/'migrate' to meet."""
-    if len(word) <= 4 or word.isdigit():
-        return word
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
-            return word[: -len(suffix)]
-    return word
+    out = _STEMS.get(word)
+    if out is None:
+        out = word
+        if len(word) > 4 and not word.isdigit():
+            for suffix in _SUFFIXES:
+                if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+                    out = word[: -len(suffix)]
+                    break
+        if len(_STEMS) < 200000:  # identifiers and numbers make the vocabulary unbounded
+            _STEMS[word] = out
+    return out
 
 
 def terms(text):
@@ -791,8 +804,8 @@ def code_outline(content, head=1200, limit=1500):
 def tool_capture(payload, data_dir=None):
     """PostToolUse payload -> {"text", "source", "origin", "file"} or None when nothing is
     worth keeping. One branch per tool keeps the useful part and drops noise."""
-    tool = payload.get("tool_name") or ""
-    origin = TOOL_ORIGINS.get(tool)
+    tool = payload.get("tool_name")
+    origin = TOOL_ORIGINS.get(tool) if isinstance(tool, str) else None
     if not origin:
         return None
     inp = payload.get("tool_input") if isinstance(payload.get("tool_input"), dict) else {}
@@ -1268,7 +1281,7 @@ def fuse_scores(lexical, dense, thread_of, thread_sim, weights, recency, bridge_
 FUSION_WEIGHTS = {"lexical": 0.5, "dense": 0.5, "thread": 0.1, "recency": 0.03, "bridge": 0.05}
 
 
-def pack_items(candidates, budget, max_item=420, min_item=80, indent=0, group_cost=None):
+def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_cost=None):
     """Greedy packing: best items first, each shortened to at most `max_item`; an item that
     does not fit whole is shortened to the space left when that is worth it. The first item
     of a group also pays `group_cost(group)` (its header line)."""
@@ -1508,7 +1521,7 @@ class Memory:
     def flush_index(self, force=False):
         """db/index.json is rewritten at most every few seconds: at 20,000 threads it is
         megabytes, and only hooks answering without the daemon read it."""
-        if getattr(self, "_index_due", False) and (force or time.monotonic() - self._index_at > 3.0):
+        if getattr(self, "_index_due", False) and (force or time.monotonic() - getattr(self, "_index_at", 0.0) > 3.0):
             self.write_index()
 
     def write_index(self):
@@ -1534,9 +1547,10 @@ class Memory:
     def flush(self):
         self.drain()
 
-    def drain(self, batch=64):
-        """Process every journaled capture in order under the db lock; a capture's journal
-        file goes only after the records it produced are on disk."""
+    def drain(self, batch=64, once=False):
+        """Process every journaled capture (only the oldest `batch` when `once`) in order under
+        the db lock; a capture's journal file goes only after the records it produced are on
+        disk."""
         results = {}
         with self.store.lock():
             self.ensure_loaded()
@@ -1556,6 +1570,8 @@ class Memory:
                 self.save(touched_t, touched_b - dropped_b, dropped_b)
                 for path, _ in entries:
                     Store._unlink(path)
+                if once:
+                    break
             self.flush_index(force=batch > 8)
         return results
 
@@ -1564,6 +1580,7 @@ class Memory:
         cfg = self.cfg
         mid = "m" + entry["id"][1:]
         ext = EXTRACTOR.extract(entry["text"], entry["origin"], entry.get("file"))
+        ext["topics"] = self.specific_topics(ext["topics"])
         if entry["source"] == "prompt":
             self.add_rules(detect_rules(entry["text"]), now)
         candidates = self.candidates(vec)
@@ -1616,6 +1633,14 @@ class Memory:
         self.store.log.info("decision", action=action, thread=thread["id"], score=round(decision["score"], 4),
                             top=decision["top"], borderline=decision["borderline"], llm_used=False)
         return decision
+
+    def specific_topics(self, topics):
+        """Drop words found in a large share of all messages (a speaker's name, the project's
+        name): they name no topic and would glue unrelated threads together."""
+        n = len(self.lex.lengths)
+        if n < 50:
+            return topics
+        return [t for t in topics if len(self.lex.postings.get(stem(t), ())) / n <= 0.3]
 
     def _new_thread(self, ext, origin, now, parent=None):
         tid = new_id("t", now)
@@ -1810,7 +1835,7 @@ class Memory:
             t = self.threads[h["thread_id"]]
             headers.setdefault(h["thread_id"], shorten(tr(
                 "ctx_thread", lang, title=t["title"], status=tr("status_" + t["status"], lang),
-                topics=", ".join(t.get("topics", [])[:4]), age=age_ago(now - ts_of(t, "last_active"), lang)), 108))
+                topics=", ".join(t.get("topics", [])[:3]), age=age_ago(now - ts_of(t, "last_active"), lang)), 90))
         candidates = [dict(h, line=self.item_line(self.msgs[h["message_id"]], now), group=h["thread_id"])
                       for h in hits if h["score"] > 0]
         # Each item is indented under its thread's header, which costs space once.
@@ -1995,12 +2020,8 @@ class Memory:
 
 
 def source_label(source):
-    """How an item's origin reads in the injected text."""
-    if not source or source == "prompt":
-        return "user: "
-    if source == "assistant":
-        return "agent: "
-    return ""
+    """The agent's own conclusions are marked; prompts and tool results speak for themselves."""
+    return "agent: " if source == "assistant" else ""
 
 
 # ==== 8. Daemon ====
@@ -2217,13 +2238,35 @@ class Daemon:
         """Small batches, releasing the memory lock between them so prompts never wait long."""
         while self.store.inbox_pending() and not self.stopping.is_set():
             with self.lock:
-                done = self.mem.drain(batch=8)
+                try:
+                    done = self.mem.drain(batch=8, once=True)
+                except Exception as exc:  # a daemon that dies here would be restarted by every hook
+                    done = self._drain_failed(exc)
+                    if done is None:
+                        break  # not this entry's fault: retry on the next wake
                 self.processed += len(done)
                 if not done and self.store.inbox_pending():
                     break  # only unreadable or duplicate entries left; they were cleared
         if self.mem is not None:
             with self.lock:
                 self.mem.flush_index(force=True)  # the inbox is empty: settle the digest
+
+    def _drain_failed(self, exc):
+        """A batch raised. The memory may be half-updated: reload it from disk, then retry the
+        oldest entry alone. If that one still fails and is still journaled, it is quarantined so
+        that one bad capture cannot block every later one; None when the fault lies elsewhere."""
+        import traceback
+        self.store.log.error("drain failed", error=repr(exc), trace=traceback.format_exc()[-2000:])
+        first = self.store.inbox_pending()[:1]
+        self.mem.loaded = False
+        try:
+            return self.mem.drain(batch=1, once=True)
+        except Exception as again:
+            self.mem.loaded = False
+            if first and os.path.exists(first[0]):
+                self.store.quarantine(first[0], f"capture failed twice: {again!r}")
+                return {}
+            return None
 
     def _accept_loop(self, server):
         import threading
@@ -2492,7 +2535,7 @@ def logic_inject(store, payload, mem):
     cfg = store.config()
     lang, now = cfg["language"], time.time()
     session = payload.get("session_id")
-    add_rules_to_store(store, detect_rules(prompt), now)
+    add_rules_to_store(store, detect_rules(redact(prompt)), now)  # user_rules.json must hold no secret
     hb = store.heartbeat()
     source = mem or lexical_memory(store, prompt, [hb.get("last_thread")])
     ctx = source.context(prompt, cfg["inject_budget"])
@@ -2514,7 +2557,8 @@ def logic_pretool(store, payload, mem):
     query = recall_query(payload, project)
     if query is None:
         return ""
-    source = mem or lexical_memory(store, query)
+    # A thread id is a query too; valid_id keeps it a file name, never a path.
+    source = mem or lexical_memory(store, query, [query] if valid_id(query) else [])
     text = source.recall(query)
     path = recall_file(store, query, text)
     store.log.info("recall", query=query, chars=len(text), served="daemon" if mem else "in-process")
@@ -2673,9 +2717,10 @@ DAEMON_HOOKS = ("inject", "pretool", "capture")
 
 
 def trim_strings(value, limit=60000):
-    """Cut every long string of a payload: nothing downstream keeps more than this."""
+    """Cut every long string of a payload: nothing downstream keeps more than this. Lone
+    surrogates (legal as JSON escapes) become '?': they cannot be written as UTF-8."""
     if isinstance(value, str):
-        return value[:limit]
+        return value[:limit].encode("utf-8", "replace").decode("utf-8")
     if isinstance(value, dict):
         return {k: trim_strings(v, limit) for k, v in value.items()}
     if isinstance(value, list):
@@ -2706,8 +2751,12 @@ def run_hook(name, project_arg=None):
         if len(raw) > MAX_HOOK_INPUT:
             store.log.error("hook payload too large; ignored", hook=name, bytes=len(raw))
             return 0
+        if not raw.strip():
+            # Claude Code always sends a payload: an empty stdin is a broken setup, not an event.
+            store.log.error("hook payload is empty; ignored", hook=name)
+            return 0
         try:
-            payload = json.loads(raw.decode("utf-8", errors="replace") or "{}")
+            payload = json.loads(raw.decode("utf-8", errors="replace"))
         except ValueError as exc:
             store.log.error("hook payload is not JSON", hook=name, error=str(exc)[:200])
             return 0

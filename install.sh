@@ -67,7 +67,7 @@ def fail(msg):
     print("ai_smartness: error: " + msg, file=sys.stderr)
     sys.exit(1)
 
-def load(path, what="JSON object"):
+def load(path):
     """Parsed JSON object at path, None when the file does not exist."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -79,7 +79,7 @@ def load(path, what="JSON object"):
     except ValueError as e:
         fail(f"{path} is not valid JSON ({e}). Fix or move it, then re-run; nothing was changed.")
     if not isinstance(data, dict):
-        fail(f"{path} must hold a {what}; nothing was changed.")
+        fail(f"{path} must hold a JSON object; nothing was changed.")
     return data
 
 def write(path, data, mode=None):
@@ -106,6 +106,13 @@ def write(path, data, mode=None):
 
 def ours(handler):
     return isinstance(handler, dict) and str(handler.get("command", "")).rstrip().endswith(MARKER)
+
+def our_commands(hooks):
+    for groups in hooks.values():
+        for g in groups:
+            for h in (g.get("hooks") or []) if isinstance(g, dict) else []:
+                if ours(h):
+                    yield h["command"]
 
 def hooks_of(settings, path):
     hooks = settings.get("hooks", {})
@@ -185,8 +192,7 @@ def act_uninstall(path):
     backup = path + ".ai_smartness.bak"
     settings = load(path)
     hooks = hooks_of(settings or {}, path)
-    if not any(ours(h) for gs in hooks.values() for g in gs if isinstance(g, dict)
-               for h in g.get("hooks") or []):
+    if not any(our_commands(hooks)):
         say(f"no ai_smartness hooks in {path}")
         return
     original = load(backup) if os.path.exists(backup) else None
@@ -213,14 +219,10 @@ def act_uninstall(path):
 
 def act_interpreter(path):
     """The python our hooks run with, for stopping the daemon."""
-    settings = load(path) or {}
-    for gs in hooks_of(settings, path).values():
-        for g in gs:
-            for h in (g.get("hooks") or []) if isinstance(g, dict) else []:
-                if ours(h):
-                    words = shlex.split(h["command"], comments=True)
-                    print(next((w for w in words if not re.match(r"[A-Za-z_]\w*=", w)), ""))
-                    return
+    for command in our_commands(hooks_of(load(path) or {}, path)):
+        words = shlex.split(command, comments=True)
+        print(next((w for w in words if not re.match(r"[A-Za-z_]\w*=", w)), ""))
+        return
 
 def act_config(path, lang, mode):
     config = load(path)

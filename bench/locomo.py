@@ -19,6 +19,7 @@ Exit codes: 0 done, 1 bad input or product unusable, 2 usage.
 import argparse
 import datetime as dt
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -136,7 +137,7 @@ def load_conversations(path):
                 if not isinstance(turn, dict) or not turn.get("dia_id"):
                     continue
                 turns.append({"dia_id": str(turn["dia_id"]), "speaker": turn.get("speaker", "?"),
-                              "text": turn_text(turn), "at": when})
+                              "text": turn_text(turn), "at": when, "session": sid})
         known = {t["dia_id"] for t in turns}
         questions, dropped = [], []
         for q in raw.get("qa") or []:
@@ -363,10 +364,15 @@ def run_product(ais, conv, embedder, budget, results, timing):
     mem, project = open_product(ais, embedder)
     try:
         dia_of = {}  # message_id -> dia_ids (a product may fold a repeated text into one message)
+        # A LoCoMo session is what a Claude Code session is to the product: pass its id
+        # when capture takes one, as the hooks do.
+        sessions = "session_id" in inspect.signature(mem.capture).parameters
+        timing["session_ids"] = sessions
         for turn in conv["turns"]:
+            extra = {"session_id": f"{conv['sample_id']}/session_{turn['session']}"} if sessions else {}
             at = turn["at"].isoformat(timespec="seconds") if turn["at"] else None
             t0 = time.perf_counter()
-            r = mem.capture(turn["text"], source="prompt", at=at)
+            r = mem.capture(turn["text"], source="prompt", at=at, **extra)
             timing["capture_ms"].append((time.perf_counter() - t0) * 1e3)
             # A product may drop a turn as noise: that turn can then never be found, which
             # the metrics charge to the product; the count says how often it happened.
@@ -436,7 +442,7 @@ def summarize_timing(t):
     return out
 
 
-def run_info(args, data_path):
+def run_info(args, data_path, started, elapsed):
     """Machine and run facts that make two reports comparable."""
     with open(data_path, "rb") as fh:
         digest = hashlib.sha256(fh.read()).hexdigest()
@@ -445,13 +451,13 @@ def run_info(args, data_path):
                              capture_output=True, text=True, timeout=5).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         rev = None
-    info = {"started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    info = {"started": started, "elapsed_s": round(elapsed, 1),
             "data": os.path.abspath(data_path), "data_sha256": digest, "git_rev": rev,
             "python": platform.python_version(), "platform": platform.platform(),
             "machine": platform.machine(), "cpus": os.cpu_count(), "embedder": args.embedder,
             "budget": args.budget, "search_limit": SEARCH_LIMIT}
     torch = sys.modules.get("torch")
-    if torch is not None:
+    if torch is not None:  # threads as left at the end of the run (the product may set them)
         info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()
     return info
@@ -511,6 +517,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    started, t_start = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
     # For our model and the product's alike: no hub access, no progress bars on stderr.
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TQDM_DISABLE"):
         os.environ.setdefault(var, "1")
@@ -543,7 +550,7 @@ def main(argv=None):
         return 1
     questions = [q for c in convs for q in c["questions"]]
     report = {
-        "run": run_info(args, args.data),
+        "run": run_info(args, args.data, started, time.perf_counter() - t_start),
         "data": {"conversations": len(convs), "turns": sum(len(c["turns"]) for c in convs),
                  "questions": len(questions),
                  "questions_per_category": {str(c): sum(q["category"] == c for q in questions)

@@ -57,6 +57,13 @@ def test_role_prefixes_are_dropped():
     assert ai.clean_for_storage("user : fix the build") == "fix the build"
 
 
+def test_unencodable_characters_are_dropped():
+    # JSON may carry lone surrogates; stored text must encode as UTF-8.
+    text = ai.clean_for_storage("caf\u00e9 \udcff ok \x00\x07 \U0001F600")
+    assert text.encode("utf-8") and "\udcff" not in text and "\U0001F600" in text and "caf\u00e9" in text
+    assert ai.trim_strings({"a": ["\ud800x"]}) == {"a": ["?x"]}
+
+
 def test_capture_size_is_capped():
     assert len(ai.clean_for_storage("word " * 50000)) <= ai.MAX_MESSAGE_CHARS
 
@@ -225,6 +232,7 @@ def test_capture_skips_uncaptured_tools_and_our_own_files():
     {"tool_name": "Bash", "tool_input": None, "tool_response": ["a", {"stdout": 1}]},
     {"tool_name": "Edit", "tool_input": {"edits": "bad"}, "tool_response": None},
     {"tool_name": "WebFetch", "tool_input": {}, "tool_response": {"result": None}},
+    {"tool_name": ["Read"], "tool_input": {}}, {"tool_name": {"x": 1}},
 ])
 def test_capture_tolerates_odd_shapes(payload):
     cap = ai.tool_capture(payload, DATA_DIR)
