@@ -526,11 +526,12 @@ class Store:
         return gen
 
     # -- inbox: the capture journal --
-    def inbox_append(self, entry):
+    def inbox_append(self, entry, name=None):
         """Durably record one capture before anything processes it. The file name orders
-        entries and becomes the message id, which makes replays after a crash idempotent."""
+        entries and becomes the message id, which makes replays after a crash idempotent;
+        a caller that may journal the same capture twice passes its own `name`."""
         make_private_dir(self.inbox_dir)
-        name = new_id("c", entry.get("ts"))
+        name = name if valid_id(name) else new_id("c", entry.get("ts"))
         entry = dict(entry, id=name, schema=SCHEMA)
         write_json_atomic(os.path.join(self.inbox_dir, name + ".json"), entry)
         return name
@@ -625,8 +626,8 @@ edited result results output error errors value values test tests data text cont
 fichier code chose faire voir besoin archivo cosa hacer ver necesito
 """.split())
 _WORD_RE = re.compile(r"[^\W_][\w'’-]*[^\W_]|[^\W_]", re.U)
-_SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ness", "ies", "ied", "ers",
-             "er", "ed", "es", "ly", "s")
+_PART_RE = re.compile(r"[^\W_]+", re.U)
+_IDENT_RE = re.compile(r"[^\W_]+(?:[_.][^\W_]+)+", re.U)
 
 
 def strip_markup(text):
@@ -698,23 +699,38 @@ _STEMS = {}  # word -> stem: loading 20,000 threads stems millions of words from
 
 
 def stem(word):
-    """Light suffix stripping: enough for 'migrations'/'migration'/'migrate' to meet."""
+    """Light stemming (plural s, -ies, -ing, -ed, doubled consonant, final e): enough for
+    'migrations', 'migrating' and 'migrated' to meet, cheap, and language-agnostic enough."""
     out = _STEMS.get(word)
     if out is None:
         out = word
-        if len(word) > 4 and not word.isdigit():
-            for suffix in _SUFFIXES:
-                if word.endswith(suffix) and len(word) - len(suffix) >= 4:
-                    out = word[: -len(suffix)]
-                    break
+        if len(word) > 3 and not word.isdigit():
+            if out.endswith("ies") and len(out) > 4:
+                out = out[:-3] + "y"
+            elif out.endswith("sses"):
+                out = out[:-2]
+            elif out.endswith("s") and not out.endswith(("ss", "us", "is")):
+                out = out[:-1]
+            if out.endswith("ing") and len(out) >= 6:
+                out = out[:-3]
+            elif out.endswith("ed") and len(out) >= 5:
+                out = out[:-2]
+            if len(out) > 3 and out[-1] == out[-2] and out[-1] not in "lsz":
+                out = out[:-1]
+            if out.endswith("e") and len(out) > 4:
+                out = out[:-1]
         if len(_STEMS) < 200000:  # identifiers and numbers make the vocabulary unbounded
             _STEMS[word] = out
     return out
 
 
 def terms(text):
-    """Index terms: stemmed words."""
-    return [stem(w) for w in words(text)]
+    """Index terms: stemmed word parts (apostrophes, underscores and dots split words), plus
+    whole identifiers such as tenant_id or auth.py so exact names still match."""
+    text = (text or "").lower()
+    out = [stem(w) for w in _PART_RE.findall(text) if w not in STOPWORDS and (len(w) > 1 or w.isdigit())]
+    out += _IDENT_RE.findall(text)
+    return out
 
 
 class HeuristicExtractor:
@@ -1257,28 +1273,107 @@ class LexicalIndex:
         return out
 
 
+class VectorTable(dict):
+    """Vectors by id, with one numpy matrix for bulk cosine. Rows set or removed since the
+    matrix was built are scored apart; the matrix is rebuilt when they pile up."""
+
+    def __init__(self):
+        super().__init__()
+        self._matrix, self._dirty = None, set()
+
+    def __setitem__(self, key, vec):
+        super().__setitem__(key, vec)
+        self._dirty.add(key)
+
+    def pop(self, key, default=None):
+        self._dirty.add(key)
+        return super().pop(key, default)
+
+    def scores(self, qvec, ids=None):
+        """Cosine of `qvec` with every row, or with the rows in `ids`."""
+        if qvec is None or not self:
+            return {}
+        try:
+            import numpy as np
+        except ImportError:
+            keys = self if ids is None else (i for i in ids if i in self)
+            return {k: dot(self[k], qvec) for k in keys}
+        q = np.frombuffer(qvec.tobytes(), dtype=np.float32)
+        if ids is not None:
+            keys = [i for i in ids if i in self]
+            if not keys:
+                return {}
+            mat = np.frombuffer(b"".join(self[k].tobytes() for k in keys), dtype=np.float32)
+            return dict(zip(keys, (mat.reshape(len(keys), -1) @ q).tolist()))
+        if self._matrix is None or len(self._dirty) > 256:
+            keys = list(self)
+            mat = np.frombuffer(b"".join(self[k].tobytes() for k in keys), dtype=np.float32)
+            self._matrix, self._dirty = (keys, mat.reshape(len(keys), -1)), set()
+        keys, mat = self._matrix
+        out = dict(zip(keys, (mat @ q).tolist()))
+        for key in self._dirty:
+            if key in self:
+                out[key] = dot(self[key], qvec)
+            else:
+                out.pop(key, None)
+        return out
+
+
+MONTHS = ("january february march april may june july august september october november december "
+          "janvier février mars avril mai juin juillet août septembre octobre novembre décembre "
+          "enero febrero marzo abril mayo junio julio agosto septiembre octubre noviembre diciembre").split()
+
+
+def query_dates(query):
+    """Months and years a query names (en, fr, es), for the date signal."""
+    low = (query or "").lower()
+    months = {i % 12 + 1 for i, name in enumerate(MONTHS) if re.search(rf"\b{name}\b", low)}
+    years = {int(y) for y in re.findall(r"\b(?:19|20)\d\d\b", low)}
+    return months, years
+
+
+def date_matches(ts, months, years):
+    t = time.gmtime(ts)
+    return (not months or t.tm_mon in months) and (not years or t.tm_year in years)
+
+
 def top_items(scores, limit):
     import heapq
     return heapq.nlargest(limit, scores.items(), key=lambda kv: kv[1])
 
 
-def fuse_scores(lexical, dense, thread_of, thread_sim, weights, recency, bridge_bonus):
-    """Blend per-message signals into one score: lexical and dense each normalised by their
-    best value, plus the thread's similarity, recency and bridge proximity."""
-    top_lex = max(lexical.values(), default=0.0) or 1.0
-    top_dense = max(dense.values(), default=0.0) or 1.0
+# Above this many message vectors, dense scoring is restricted to candidate threads.
+FULL_SCAN_MESSAGES = 30000
+# Weights of the retrieval signals, measured on LoCoMo conversations (bench/locomo.py): the
+# dense share is large when a model is there; without one, lexical carries the base score.
+FUSION_WEIGHTS = {"lexical": 0.4, "dense": 0.6, "neighbour": 0.2, "session": 0.1, "date": 0.1,
+                  "thread": 0.05, "recency": 0.03, "bridge": 0.05}
+
+
+def base_scores(lexical, dense, weights):
+    """Lexical (BM25 over the best) blended with raw cosine; lexical alone without vectors."""
+    top = max(lexical.values(), default=0.0) or 1.0
+    if not dense:
+        return {m: v / top for m, v in lexical.items()}
+    return {m: weights["lexical"] * lexical.get(m, 0.0) / top + weights["dense"] * dense.get(m, 0.0)
+            for m in set(lexical) | set(dense)}
+
+
+def fuse_scores(base, neighbours, session_of, extras, weights):
+    """Final message scores: a message gains from its best neighbour in the conversation and
+    from the best message of its session (evidence often spans adjacent turns), then from
+    per-message extras (date, thread, recency, bridges) already weighted."""
+    session_best = {}
+    for mid, score in base.items():
+        key = session_of.get(mid)
+        if score > session_best.get(key, float("-inf")):
+            session_best[key] = score
     out = {}
-    for mid in set(lexical) | set(dense):
-        tid = thread_of[mid]
-        out[mid] = (weights["lexical"] * lexical.get(mid, 0.0) / top_lex
-                    + weights["dense"] * max(dense.get(mid, 0.0), 0.0) / top_dense
-                    + weights["thread"] * thread_sim.get(tid, 0.0)
-                    + weights["recency"] * recency.get(mid, 0.0)
-                    + weights["bridge"] * bridge_bonus.get(tid, 0.0))
+    for mid, score in base.items():
+        near = max((base.get(n, 0.0) for n in neighbours(mid)), default=0.0)
+        out[mid] = (score + weights["neighbour"] * near + weights["session"] * session_best[session_of.get(mid)]
+                    + extras.get(mid, 0.0))
     return out
-
-
-FUSION_WEIGHTS = {"lexical": 0.5, "dense": 0.5, "thread": 0.1, "recency": 0.03, "bridge": 0.05}
 
 
 def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_cost=None):
@@ -1368,15 +1463,24 @@ class Memory:
         self.generation = None
 
     # -- loading and coherence --
-    def load(self):
-        self.threads, self.tvec = {}, {}
-        self.msgs, self.mvec, self.msg_thread, self.msg_ts = {}, {}, {}, {}
-        self.lex = LexicalIndex()
+    def _reset(self):
+        self.threads, self.tvec = {}, VectorTable()
+        self.msgs, self.mvec, self.msg_thread, self.msg_ts = {}, VectorTable(), {}, {}
+        # Conversation order: each message's session, and its neighbours within the session.
+        self.session_of, self.sessions, self.prev, self.next = {}, {}, {}, {}
+        self.last_mid = None
+        self.lex = LexicalIndex(b=0.4)
+        self._qcache = (None, None)
         self._load_bridges()
-        for thread in self.store.load_threads().values():
-            self._index_thread(thread)
+
+    def load(self):
+        self._reset()
+        threads = self.store.load_threads()
+        for thread in threads.values():
+            self._index_thread(thread, link=False)
+        for mid in sorted(self.msgs):  # ids sort in capture order
+            self._link(mid)
         self.generation = self.store.state().get("generation", 0)
-        self._matrix, self._dirty = None, set()
         self.loaded, self.partial = True, False
 
     def ensure_loaded(self):
@@ -1387,16 +1491,15 @@ class Memory:
 
     def load_partial(self, thread_ids):
         """Only these threads (and all bridges): what a hook needs when the daemon is away."""
-        self.threads, self.tvec = {}, {}
-        self.msgs, self.mvec, self.msg_thread, self.msg_ts = {}, {}, {}, {}
-        self.lex = LexicalIndex()
-        self._load_bridges()
+        self._reset()
         for tid in thread_ids:
             try:
-                self._index_thread(check_thread(read_json(os.path.join(self.store.threads_dir, tid + ".json"))))
+                self._index_thread(check_thread(read_json(os.path.join(self.store.threads_dir, tid + ".json"))),
+                                   link=False)
             except (FileNotFoundError, CorruptRecord, AiError):
                 continue
-        self._matrix, self._dirty = None, set()
+        for mid in sorted(self.msgs):
+            self._link(mid)
         self.loaded = self.partial = True
 
     def _load_bridges(self):
@@ -1443,10 +1546,9 @@ class Memory:
                             os.path.join(self.store.threads_dir, rid + ".json"))))
                     except (FileNotFoundError, CorruptRecord):
                         pass
-                    self._dirty.add(rid)
         self.generation = gen
 
-    def _index_thread(self, thread):
+    def _index_thread(self, thread, link=True):
         tid = thread["id"]
         emb = thread.pop("embedding", None)
         model_id = self.embedder.id if self.embedder else None
@@ -1464,17 +1566,67 @@ class Memory:
             self.msgs[mid] = msg
             self.msg_thread[mid] = tid
             self.msg_ts[mid] = ts_of(msg, "ts")
-            self.lex.add(mid, terms(msg["text"] + " " + (msg.get("file") or "")))
         self.threads[tid] = thread
+        if link:
+            for msg in thread["messages"]:
+                self._link(msg["id"])
+
+    def _link(self, mid):
+        """Place a message in its conversation: its session (the Claude Code session, else a
+        run of captures less than 30 minutes apart) and its neighbours there. Its lexical
+        document is the previous message of the session plus itself: questions often use
+        the words of the turn that prompted the answer."""
+        msg = self.msgs[mid]
+        key = msg.get("session")
+        last = self.last_mid
+        if not key:
+            if (last and last < mid and not self.msgs.get(last, {}).get("session")
+                    and abs(self.msg_ts[mid] - self.msg_ts[last]) <= 1800):
+                key = self.session_of[last]
+            else:
+                key = "g" + mid
+        members = self.sessions.setdefault(key, [])
+        import bisect
+        pos = bisect.bisect(members, mid)
+        members.insert(pos, mid)
+        self.session_of[mid] = key
+        before = members[pos - 1] if pos else None
+        after = members[pos + 1] if pos + 1 < len(members) else None
+        self.prev[mid], self.next[mid] = before, after
+        if before:
+            self.next[before] = mid
+        if after:
+            self.prev[after] = mid
+            self._lex_doc(after)
+        self._lex_doc(mid)
+        if last is None or mid > last:
+            self.last_mid = mid
+
+    def _lex_doc(self, mid):
+        msg, before = self.msgs[mid], self.prev.get(mid)
+        lead = self.msgs[before]["text"] + " " if before in self.msgs else ""
+        self.lex.add(mid, terms(lead + msg["text"] + " " + (msg.get("file") or "")))
+
+    def _unlink(self, mid):
+        key = self.session_of.pop(mid, None)
+        members = self.sessions.get(key, [])
+        if mid in members:
+            members.remove(mid)
+        before, after = self.prev.pop(mid, None), self.next.pop(mid, None)
+        if before in self.next:
+            self.next[before] = after
+        if after in self.prev:
+            self.prev[after] = before
+            self._lex_doc(after)
+        self.lex.remove(mid)
 
     def _unindex_thread(self, tid):
         thread = self.threads.pop(tid, None)
         self.tvec.pop(tid, None)
-        self._dirty.add(tid)
         for msg in (thread or {}).get("messages", []):
+            self._unlink(msg["id"])
             for table in (self.msgs, self.mvec, self.msg_thread, self.msg_ts):
                 table.pop(msg["id"], None)
-            self.lex.remove(msg["id"])
 
     def serialize(self, thread):
         """The on-disk form: vectors encoded beside the model id that made them."""
@@ -1662,7 +1814,6 @@ class Memory:
             self.mvec[msg["id"]] = vec
         if vecs:
             self.tvec[thread["id"]] = unit([sum(col) / len(vecs) for col in zip(*vecs)])
-            self._dirty.add(thread["id"])
         thread["embedding_model"] = self.embedder.id
 
     def _add_message(self, thread, msg, vec, ext, now):
@@ -1677,15 +1828,13 @@ class Memory:
                 thread["drift_history"] = thread["drift_history"][-20:]
             n = len(thread["messages"])
             self.tvec[tid] = unit([(c * n + v) / (n + 1) for c, v in zip(centroid, vec)])
-            self._dirty.add(tid)
         else:
             self.tvec[tid] = vec
-        self._dirty.add(tid)
         thread["embedding_model"] = self.embedder.id
         thread["messages"].append(msg)
         self.msgs[msg["id"]], self.mvec[msg["id"]] = msg, vec
         self.msg_thread[msg["id"]], self.msg_ts[msg["id"]] = tid, ts_of(msg, "ts")
-        self.lex.add(msg["id"], terms(msg["text"] + " " + (msg.get("file") or "")))
+        self._link(msg["id"])
         counts = thread.setdefault("topic_counts", {})
         for rank, topic in enumerate(ext["topics"]):
             counts[topic] = round(counts.get(topic, 0) + 1.0 - rank * 0.1, 3)
@@ -1726,27 +1875,8 @@ class Memory:
 
     # -- similarity and retrieval --
     def centroid_scores(self, qvec):
-        """Cosine of a vector with every thread centroid: one numpy product over a matrix that
-        is rebuilt only when many centroids changed; the few changed since are scored apart."""
-        if qvec is None or not self.tvec:
-            return {}
-        try:
-            import numpy as np
-        except ImportError:
-            return {tid: dot(v, qvec) for tid, v in self.tvec.items()}
-        if self._matrix is None or len(self._dirty) > 256:
-            ids = list(self.tvec)
-            mat = np.frombuffer(b"".join(self.tvec[t].tobytes() for t in ids), dtype=np.float32)
-            self._matrix, self._dirty = (ids, mat.reshape(len(ids), -1)), set()
-        ids, mat = self._matrix
-        sims = mat @ np.frombuffer(qvec.tobytes(), dtype=np.float32)
-        out = dict(zip(ids, sims.tolist()))
-        for tid in self._dirty:
-            if tid in self.tvec:
-                out[tid] = dot(self.tvec[tid], qvec)
-            else:
-                out.pop(tid, None)
-        return out
+        """Cosine of a vector with every thread centroid."""
+        return self.tvec.scores(qvec)
 
     def candidates(self, vec, limit=40):
         """Threads to weigh a new content against: best centroids of every status."""
@@ -1757,49 +1887,68 @@ class Memory:
     def query_vector(self, text):
         if self.embedder is None:
             return None
+        if self._qcache[0] == text:  # context and search of one prompt embed it once
+            return self._qcache[1]
         try:
-            return self.embedder.embed([text])[0]
+            vec = self.embedder.embed([text])[0]
         except Exception as exc:  # a broken model must not break retrieval: lexical only
             self.store.log.error("embedding failed", error=repr(exc))
             return None
+        self._qcache = (text, vec)
+        return vec
 
     def retrieve(self, query, limit=10, exclude=()):
-        """Ranked messages for a query: BM25 and dense cosine per message, fused with the
-        thread's similarity, recency and bridges. One path for inject, recall and search."""
+        """Ranked messages for a query. One path for inject, recall and search:
+        BM25 (over each message with the turn before it) blended with dense cosine, then the
+        best neighbour and best message of the same session, the dates the query names, the
+        thread's similarity, recency, and bridges from the best thread."""
         self.ensure_loaded()
         now = self.clock()
-        qterms = terms(query)
-        qtopics = EXTRACTOR.topics(query)
+        w = FUSION_WEIGHTS
         qvec = self.query_vector(query)
+        lexical = self.lex.scores(terms(query))
         tcos = self.centroid_scores(qvec)
-        lexical = self.lex.scores(qterms)
-        # Candidate threads: the closest centroids and the threads of the best lexical matches.
-        # Thread-level similarity is computed for them only (it scales with the pool, not the store).
-        pool = {tid for tid, _ in top_items(tcos, 60)}
-        pool |= {self.msg_thread[m] for m, _ in top_items(lexical, 60)}
-        if not tcos and not lexical:
-            pool = set(self.threads)
-        thread_sim = {tid: similarity(tcos.get(tid, 0.0), qtopics, self.threads[tid].get("topics"))
-                      for tid in pool}
-        dense = {}
-        if qvec is not None:
-            for tid in pool:
-                for msg in self.threads[tid]["messages"]:
-                    mv = self.mvec.get(msg["id"])
-                    if mv is not None:
-                        dense[msg["id"]] = dot(mv, qvec)
-        top_thread = max(thread_sim.items(), key=lambda kv: kv[1], default=(None, 0))[0]
+        if len(self.mvec) <= FULL_SCAN_MESSAGES:
+            dense = self.mvec.scores(qvec)
+        else:
+            # Large stores: dense scores for the messages of the closest threads and of the best
+            # lexical matches only, so a query costs the same at any memory size.
+            pool = {tid for tid, _ in top_items(tcos, 200)} | {self.msg_thread[m] for m, _ in top_items(lexical, 200)}
+            dense = self.mvec.scores(qvec, [m["id"] for tid in pool for m in self.threads[tid]["messages"]])
+        base = base_scores(lexical, dense, w)
+        for mid in exclude:
+            base.pop(mid, None)
+        if not base:
+            return [], {}
+        # Thread-level signals for the candidate threads only.
+        cand = top_items(base, 300)
+        qtopics = EXTRACTOR.topics(query)
+        thread_sim = {}
+        for mid, _ in cand:
+            tid = self.msg_thread[mid]
+            if tid not in thread_sim:
+                thread_sim[tid] = similarity(tcos.get(tid, 0.0), qtopics, self.threads[tid].get("topics"))
+        top_thread = max(thread_sim.items(), key=lambda kv: kv[1])[0]
         bonus = {}
         for b in self.bridges_of(top_thread):
             other = b["target_id"] if b["source_id"] == top_thread else b["source_id"]
             bonus[other] = max(bonus.get(other, 0.0), bridge_confidence(b, now, self.cfg["bridge_half_life_days"]))
-        recency = {mid: 0.5 ** (max(0.0, now - self.msg_ts[mid]) / (self.cfg["half_life_days"] * DAY))
-                   for mid in set(lexical) | set(dense)}
-        fused = fuse_scores(lexical, dense, self.msg_thread, thread_sim, FUSION_WEIGHTS, recency, bonus)
-        for mid in exclude:
-            fused.pop(mid, None)
+        months, years = query_dates(query)
+        half_life = self.cfg["half_life_days"] * DAY
+        extras = {}
+        for mid, _ in cand:
+            tid, ts = self.msg_thread[mid], self.msg_ts[mid]
+            extras[mid] = (w["thread"] * thread_sim[tid] + w["bridge"] * bonus.get(tid, 0.0)
+                           + w["recency"] * 0.5 ** (max(0.0, now - ts) / half_life)
+                           + (w["date"] if (months or years) and date_matches(ts, months, years) else 0.0))
+        cand_ids = dict(cand)
+        fused = fuse_scores(base, lambda m: (self.prev.get(m), self.next.get(m)), self.session_of, extras, w)
+        # Messages beyond the candidate set keep their fused score without the extras: they
+        # are ranked, never cut, so the order stays stable as signals are added.
+        import heapq
+        best = heapq.nsmallest(limit, fused.items(), key=lambda kv: (-kv[1], kv[0] not in cand_ids, kv[0]))
         hits = []
-        for mid, score in top_items(fused, limit):
+        for mid, score in best:
             msg, tid = self.msgs[mid], self.msg_thread[mid]
             hits.append({"message_id": mid, "thread_id": tid, "score": round(score, 4), "text": msg["text"],
                          "timestamp": msg["ts"], "source": msg.get("source"), "file": msg.get("file"),
@@ -1991,7 +2140,6 @@ class Memory:
                     progress(done, len(tids))
             self.write_index()
             self.generation = self.store.bump([], full=True, hot=self.hot_id())
-            self._matrix = None
             return done
 
     def stats(self):
@@ -2390,6 +2538,9 @@ MAX_HOOK_INPUT = 8 * 1024 * 1024
 # Hard time limits per hook, far below the timeouts in settings.json.
 HOOK_BUDGETS = {"start": 3.0, "inject": 4.0, "pretool": 4.0, "capture": 3.0, "stop": 3.0,
                 "precompact": 20.0, "end": 1.0}
+# Payload key naming a hook's capture before the daemon sees it: when the daemon's reply comes
+# too late and the hook journals in-process too, both write one inbox file, stored once.
+CAPTURE_KEY = "_ai_smartness_capture_id"
 _RECALL_RE = re.compile(r"(?:^|/)\.ai/recall/+(?P<q>[^/].*)$")
 
 
@@ -2546,7 +2697,7 @@ def logic_inject(store, payload, mem):
             text += "\n" + hint
     entry = prepare_capture(prompt, "prompt", session_id=session)
     if entry:
-        store.inbox_append(entry)
+        store.inbox_append(entry, payload.get(CAPTURE_KEY))
     store.update_heartbeat(last_interaction=iso(now), prompt_session=session,
                            last_served_inject="daemon" if mem else "in-process")
     return context_output("UserPromptSubmit", text)
@@ -2579,7 +2730,7 @@ def logic_capture(store, payload, mem):
     entry = prepare_capture(cap["text"], cap["source"], cap["file"], session_id=payload.get("session_id"),
                             origin=cap["origin"])
     if entry:
-        store.inbox_append(entry)
+        store.inbox_append(entry, payload.get(CAPTURE_KEY))
     return ""
 
 
@@ -2767,6 +2918,7 @@ def run_hook(name, project_arg=None):
             return 0  # every other tool call passes untouched, before any further work
         out = None
         if name in DAEMON_HOOKS:
+            payload[CAPTURE_KEY] = new_id("c")
             budget = store.config()["hook_budget_ms"] / 1000.0 if name != "capture" else 1.0
             reply = request(store, "hook", timeout=budget, name=name, payload=trim_strings(payload))
             if reply.get("ok"):

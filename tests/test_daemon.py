@@ -4,13 +4,17 @@ changes, concurrency, permissions, the short socket path and idle exit.
 Every wait polls with a deadline (a noisy 2-core machine): nothing here asserts a duration.
 Daemons use the fake embedder (conftest) so they are ready at once, except the one test that
 asks for MiniLM to watch hooks answer while the model warms."""
+import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -445,3 +449,76 @@ def test_hooks_do_not_wait_for_the_model(proj):
         time.sleep(0.2)
     assert served[0] == "in-process" and served[-1] == "daemon", served
     assert info(proj)["model"] == mod.MINILM_ID
+
+
+# ---- failures inside the daemon ----
+
+def test_a_late_daemon_reply_does_not_duplicate_the_capture(proj):
+    """A stand-in daemon journals the capture but never answers: the hook gives up and
+    journals in-process too, under the same name, so the capture is stored once."""
+    store = store_of(proj).ensure()
+    lock_fd = os.open(store.path("daemon.run.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock_fd, fcntl.LOCK_EX)  # "alive": the hook must not start a real daemon now
+    sock_path = store.path("daemon.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(sock_path)
+    server.listen(4)
+    (proj / ".ai" / "daemon.json").write_text(json.dumps({
+        "schema": 1, "pid": os.getpid(), "socket": sock_path, "version": mod.VERSION, "ready": True}))
+    held = []
+
+    def slow_daemon():
+        conn, _ = server.accept()
+        buf = b""
+        while not buf.endswith(b"\n"):
+            buf += conn.recv(65536)
+        args = json.loads(buf)["args"]
+        mod.HOOK_LOGIC[args["name"]](store, args["payload"], None)  # journaled, then silence
+        held.append(conn)
+    worker = threading.Thread(target=slow_daemon, daemon=True)
+    worker.start()
+    try:
+        proc = hook("capture", bash_payload(proj, "grebemarker"), proj)
+        assert proc.returncode == 0 and proc.stdout == b"", proc.stderr
+        worker.join(DEADLINE)
+        assert held, "the stand-in daemon never got the request"
+        assert len(inbox(proj)) == 1
+    finally:
+        for conn in held:
+            conn.close()
+        server.close()
+        os.unlink(sock_path)
+        os.close(lock_fd)
+    start(proj)
+    assert wait_for(lambda: all_stored(proj, ["grebemarker"]), "the capture") == {"grebemarker": 1}
+    assert len(stored_texts(proj)) == 1
+
+
+def test_a_capture_that_breaks_processing_is_quarantined_and_the_daemon_lives(proj):
+    store = store_of(proj).ensure()
+    cid = mod.new_id("c")  # journaled before the good one: it blocks the queue unless handled
+    (proj / ".ai" / "inbox" / f"{cid}.json").write_text(json.dumps({
+        "id": cid, "schema": 1, "text": "a capture whose time is not a time at all", "source": "prompt",
+        "origin": "prompt", "ts": "not-a-time"}))
+    pid = start(proj)["pid"]
+    finish([hook_proc("capture", bash_payload(proj, "ternmarker"), proj)])
+    assert wait_for(lambda: all_stored(proj, ["ternmarker"]), "the good capture") == {"ternmarker": 1}
+    assert daemon_pids(proj) == [pid] and ready_pid(proj) == pid
+    assert len(store.quarantined()) == 1
+    health = cli_json("health", project=proj)
+    assert health["quarantined"] and health["daemon"]["pid"] == pid
+
+
+def test_daemon_drains_a_backlog_in_small_batches():
+    """Memory.drain(once=True) takes one batch, so the daemon releases its lock between
+    batches and a prompt never waits for a whole backlog."""
+    proj = Path(tempfile.mkdtemp(prefix="ais-drain-"))
+    try:
+        mem = mod.Memory(mod.data_dir_of(str(proj)), embedder=mod.FakeEmbedder())
+        for i in range(5):
+            mem.store.inbox_append(mod.prepare_capture(f"backlog entry {i} about the tokenizer cache", "prompt"))
+        assert len(mem.drain(batch=2, once=True)) == 2
+        assert len(mem.store.inbox_pending()) == 3
+        assert len(mem.drain(batch=2)) == 3 and not mem.store.inbox_pending()
+    finally:
+        shutil.rmtree(proj, ignore_errors=True)
