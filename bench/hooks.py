@@ -5,26 +5,33 @@
 usage: python bench/hooks.py [--sizes 200,2000,20000] [--runs N] [--embedder minilm|hash]
                              [--messages N] [--throughput N] [--python PY] [--keep DIR] [--json]
 
-Each hook runs exactly as install.sh writes it into settings.json:
+Each hook runs as install.sh writes it into settings.json,
     PYTHONSAFEPATH=1 PYTHONPATH=<lib> <python> -m ai_smartness hook <name>   (payload on stdin)
-where <lib> holds a snapshot of the repo's ai_smartness.py and i18n/, byte-compiled first (as
-install.sh does in .ai/; a snapshot, so that editing the repo meanwhile cannot leave a stale
-bytecode cache that every hook would recompile), cwd and $CLAUDE_PROJECT_DIR the project. The floor is the
-same interpreter running `-I -c "import json, socket"`; one floor run precedes every hook run,
-so both see the same machine noise. Ratios divide a hook's p50 and p95 by the floor's p50.
+with cwd and $CLAUDE_PROJECT_DIR the project. <lib> holds a byte-compiled snapshot of the repo's
+ai_smartness.py and i18n/ (install.sh compiles its copy in .ai/ the same way; a snapshot, so
+that editing the repo during a run cannot leave a stale bytecode cache every hook recompiles).
+The floor is the same interpreter running `-I -c "import json, socket"`; one floor run precedes
+every hook run, so both see the same machine noise. Ratios divide a hook's p50 and p95 by the
+floor's p50.
 
-Stores are generated in the module's own on-disk format (Memory.serialize, then the module's
-write_index and generation bump). Their vectors are random unit vectors (messages scattered
-around a per-thread direction) tagged with the id and dimension of the embedder in use:
-encoding 100,000 generated messages with the real MiniLM would take hours on 2 cores, and
-latency does not depend on what the vectors mean. Query and capture vectors come from the
-real model.
+Measured per size: p50/p95 of `hook inject`, `hook capture`, `hook pretool` (a recall, and a
+Read of an ordinary file), with no daemon and with a warm one; `hook inject` while the daemon
+drains a burst of 16 captures; daemon start to ready (`daemon start`) and its RSS; capture to
+thread (hook start until the daemon has stored it); captures processed per second (a journaled
+backlog drained by the warm daemon).
+
+Stores are generated in the module's own on-disk format (Memory.serialize for threads, then
+the module's own save and write_index). Their vectors are random unit vectors (messages
+scattered around a per-thread direction) tagged with the id and dimension of the embedder in
+use: embedding 100,000 generated messages with the real MiniLM would take hours on 2 cores,
+and latency does not depend on what vectors mean. Query and capture vectors come from the real
+model.
 
 "No daemon" runs hold daemon.run.lock in this process, so hooks find no daemon and cannot
-start one: that is what a hook sees while the daemon is down or warming. Captures made then
-are journaled and discarded before the daemon starts. Warm runs wait, untimed, until the
-daemon has drained the inbox before the next run, so one hook's background work never
-lands in the next hook's time.
+start one: what a hook sees while the daemon is down or still loading its model. Captures
+journaled then are discarded before the daemon starts. Warm runs wait, untimed, until the
+daemon has drained the inbox and gone idle, so one hook's background work never lands in the
+next hook's time (the "during a drain" row measures exactly that overlap on purpose).
 
 Sections (grep '^# ===='): 1. constants, 2. statistics, 3. store generation, 4. processes,
 5. measurements, 6. report, 7. CLI.
@@ -48,7 +55,8 @@ import time
 # Repo root, which holds ai_smartness.py and i18n/.
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The interpreter with the embedding stack (install.sh puts it there).
-SHARED_PYTHON = os.path.expanduser("~/.local/share/ai_smartness/venv/bin/python")
+SHARED_PYTHON = os.path.join(os.environ.get("AI_SMARTNESS_HOME") or os.path.expanduser("~/.local/share/ai_smartness"),
+                             "venv", "bin", "python")
 # Measured hook kinds, in report order: (key, hook name, label).
 KINDS = (("inject", "inject", "hook inject"),
          ("capture", "capture", "hook capture"),
@@ -147,24 +155,22 @@ class Vectors:
         except ImportError:
             self.np = None
 
-    def around(self, base, count, spread):
-        """`count` unit vectors scattered around `base` (None: a new random direction), and
-        their normalised mean (the thread centroid), all as float32 bytes."""
+    def scattered(self, count, spread):
+        """`count` unit vectors around a new random direction and their normalised mean (the
+        thread centroid), as float32 bytes."""
         if self.np is not None:
             np = self.np
-            center = self.gen.standard_normal(self.dim) if base is None else base
-            center = center / np.linalg.norm(center)
-            rows = center + spread * self.gen.standard_normal((count, self.dim)) / self.dim ** 0.5
+            center = self.gen.standard_normal(self.dim)
+            rows = center / np.linalg.norm(center) + spread * self.gen.standard_normal((count, self.dim)) / self.dim ** 0.5
             rows /= np.linalg.norm(rows, axis=1, keepdims=True)
             mean = rows.mean(axis=0)
-            return center, [r.astype(np.float32).tobytes() for r in rows], \
-                (mean / np.linalg.norm(mean)).astype(np.float32).tobytes()
+            return [r.astype(np.float32).tobytes() for r in rows], (mean / np.linalg.norm(mean)).astype(np.float32).tobytes()
         from array import array
-        center = base or self._unit([self.rng.gauss(0, 1) for _ in range(self.dim)])
+        center = self._unit([self.rng.gauss(0, 1) for _ in range(self.dim)])
         rows = [self._unit([c + spread * self.rng.gauss(0, 1) / self.dim ** 0.5 for c in center])
                 for _ in range(count)]
         mean = self._unit([sum(col) / count for col in zip(*rows)])
-        return center, [array("f", r).tobytes() for r in rows], array("f", mean).tobytes()
+        return [array("f", r).tobytes() for r in rows], array("f", mean).tobytes()
 
     @staticmethod
     def _unit(values):
@@ -224,7 +230,7 @@ def generate_store(mod, project, size, embedder, mean_messages, seed):
         status = "active" if i < ACTIVE_THREADS else ("suspended" if idle < 40 * day else "archived")
         topics = rng.sample(CORE_WORDS, 2) + rng.sample(vocab, 3)
         count = max(1, min(2 * mean_messages - 1, int(rng.expovariate(1 / mean_messages)) + 1))
-        _, mvecs, centroid = vectors.around(None, count, 0.9)
+        mvecs, centroid = vectors.scattered(count, 0.9)
         tid = mod.new_id("t", last - count * 600)
         msgs = []
         for k in range(count):
@@ -271,16 +277,12 @@ def generate_store(mod, project, size, embedder, mean_messages, seed):
         with open(os.path.join(mem.store.bridges_dir, bridge["id"] + ".json"), "w", encoding="utf-8") as fh:
             json.dump(bridge, fh, separators=(",", ":"))
         n_bridges += 1
-    written = time.monotonic() - t0
     # Derived files through the module itself, as a writer would leave them.
-    t1 = time.monotonic()
     mem.load()
-    load_s = time.monotonic() - t1
-    mem.save()  # a new generation (and the hot thread), as any writer leaves it
+    mem.save()  # a new generation (and the hot thread)
     mem.write_index()
     return {"threads": size, "messages": n_msgs, "bridges": n_bridges, "model_tag": ident, "dim": dim,
-            "generate_s": round(written, 1), "memory_load_s": round(load_s, 2),
-            "bytes": dir_bytes(data_dir),
+            "generate_s": round(time.monotonic() - t0, 1), "bytes": dir_bytes(data_dir),
             # Queries draw on recent and old threads alike.
             "topics": [topics_of[threads[i][0]] for i in sorted(rng.sample(range(size), min(size, 400)))],
             "vocab": vocab}
@@ -359,6 +361,37 @@ def wait_inbox_empty(project, since=None):
             raise BenchError("the daemon did not drain the inbox")
         time.sleep(0.002)
     return time.perf_counter()
+
+
+def cpu_ticks(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def wait_idle(pid, quiet=5, step=0.02):
+    """Poll until the daemon has used no CPU for `quiet` steps in a row (its background work
+    after a drain, such as rewriting the digest, must not land in the next hook's time)."""
+    deadline = time.monotonic() + WAIT_S
+    last, still = cpu_ticks(pid), 0
+    while still < quiet and last is not None:
+        if time.monotonic() > deadline:
+            raise BenchError("the daemon never went idle")
+        time.sleep(step)
+        now = cpu_ticks(pid)
+        still = still + 1 if now == last else 0
+        last = now
+
+
+def pid_of(project):
+    try:
+        with open(os.path.join(project, ".ai", "daemon.json")) as fh:
+            return json.load(fh).get("pid")
+    except (OSError, ValueError):
+        return None
 
 
 def clear_inbox(project):
@@ -444,7 +477,8 @@ class Payloads:
 
     def capture(self):
         a, b, c = self._words()
-        out = " ".join(self.rng.choice(self.vocab) for _ in range(40))
+        # Output as long as a typical test run or build log head (1-2 KB): embedding cost grows with it.
+        out = " ".join(self.rng.choice(self.vocab + FILLER) for _ in range(self.rng.randint(150, 300)))
         return dict(self._base("PostToolUse"), tool_name="Bash", tool_use_id=f"toolu_bench{self.n}",
                     tool_input={"command": f"pytest tests/test_{a}.py -k {b}", "description": f"check {c}"},
                     tool_response={"stdout": f"run {self.n}: {a} {b} {c} {out}", "stderr": "",
@@ -461,8 +495,9 @@ class Payloads:
                     tool_input={"file_path": os.path.join(self.project, "src", a, f"{b}.py")})
 
 
-def run_kind(runner, project, payloads, kind, name, runs, warm, out):
-    """`runs` timed hook processes of one kind, each after a floor run."""
+def run_kind(runner, project, payloads, kind, name, runs, pid, out):
+    """`runs` timed hook processes of one kind, each after a floor run. With a daemon (`pid`),
+    each run then waits, untimed, until the daemon has drained the inbox and gone idle."""
     times, delays, served = [], [], {}
     for _ in range(runs):
         payload = getattr(payloads, kind)()
@@ -478,13 +513,34 @@ def run_kind(runner, project, payloads, kind, name, runs, warm, out):
             last_recall_served(project) if kind == "recall" else None
         if who:
             served[who] = served.get(who, 0) + 1
-        if warm:
+        if pid:
             done = wait_inbox_empty(project)
             if kind == "capture":
                 delays.append((done - t0) * 1000)
+            wait_idle(pid)
     out[kind] = dict(summary(times), served=served)
     if delays:
         out["capture_to_thread_ms"] = summary(delays)
+
+
+def run_busy(mod, runner, project, payloads, runs, pid, out, backlog=16):
+    """`hook inject` while the daemon drains a backlog of captures (a burst of tool calls just
+    before a prompt): shows how long a prompt waits for capture processing."""
+    store = mod.Store(os.path.join(project, ".ai"))
+    times, served = [], {}
+    for _ in range(runs):
+        for _ in range(backlog):
+            p = payloads.capture()
+            store.inbox_append(mod.prepare_capture(p["tool_response"]["stdout"], "tool:Bash", origin="command"))
+        mod.request(store, "hook", timeout=5.0, name="capture", payload=payloads.capture())  # wakes the worker
+        time.sleep(0.05)  # let the first batch start
+        ms, stdout = runner.hook(project, "inject", payloads.inject())
+        times.append(ms)
+        who = served_by(project, "last_served_inject")
+        served[who] = served.get(who, 0) + 1
+        wait_inbox_empty(project)
+        wait_idle(pid)
+    out["inject_busy"] = dict(summary(times), served=served)
 
 
 def throughput(mod, runner, project, payloads, count):
@@ -499,7 +555,9 @@ def throughput(mod, runner, project, payloads, count):
         store.inbox_append(entry)
     runner.hook(project, "capture", payloads.capture())
     done = wait_inbox_empty(project)
-    return round((count + 1) / (done - t0), 1)
+    rate = round((count + 1) / (done - t0), 1)
+    wait_idle(pid_of(project))
+    return rate
 
 
 def bench_size(mod, runner, args, size, workdir):
@@ -522,16 +580,17 @@ def bench_size(mod, runner, args, size, workdir):
     os.makedirs(os.path.join(project, "src"), exist_ok=True)
     with open(os.path.join(project, ".ai", "config.json"), "w") as fh:
         json.dump({"embedder": args.embedder, "daemon_idle_seconds": 3600}, fh)
-    log(f"{size} threads: {facts['messages']} messages, {facts['bridges']} bridges, "
-        f"{facts['bytes'] / 1e6:.0f} MB; Memory.load {facts['memory_load_s']} s")
     result = {k: v for k, v in facts.items() if k not in ("topics", "vocab")}
+    result["memory_load_s"] = memory_load_time(mod, project, facts)
+    log(f"{size} threads: {facts['messages']} messages, {facts['bridges']} bridges, "
+        f"{facts['bytes'] / 1e6:.0f} MB; Memory.load in this process {result['memory_load_s']} s")
     payloads = Payloads(project, facts, args.seed + size)
 
     cold = {}
     with NoDaemon(project):
         for kind, name, _ in KINDS:
             log(f"{size} threads: no daemon, {name} ({kind})")
-            run_kind(runner, project, payloads, kind, name, args.runs, False, cold)
+            run_kind(runner, project, payloads, kind, name, args.runs, None, cold)
     clear_inbox(project)  # journaled by the runs above: not part of what is measured next
     result["no_daemon"] = cold
 
@@ -543,9 +602,12 @@ def bench_size(mod, runner, args, size, workdir):
     result["daemon_rss_ready_mb"] = proc_status(pid).get("VmRSS")
     warm = {}
     try:
+        wait_idle(pid)
         for kind, name, _ in KINDS:
             log(f"{size} threads: warm daemon, {name} ({kind})")
-            run_kind(runner, project, payloads, kind, name, args.runs, True, warm)
+            run_kind(runner, project, payloads, kind, name, args.runs, pid, warm)
+        log(f"{size} threads: warm daemon, inject during a drain")
+        run_busy(mod, runner, project, payloads, max(3, args.runs // 3), pid, warm)
         log(f"{size} threads: drain throughput ({args.throughput} captures)")
         result["captures_per_s"] = throughput(mod, runner, project, payloads, args.throughput)
         mem = proc_status(pid)
@@ -561,6 +623,18 @@ def bench_size(mod, runner, args, size, workdir):
     return result
 
 
+def memory_load_time(mod, project, facts):
+    """Seconds for Memory.load of the store (what a daemon start pays before its model)."""
+    import gc
+    mem = mod.Memory(os.path.join(project, ".ai"), embedder=TaggedEmbedder(facts["model_tag"], facts["dim"]))
+    t0 = time.monotonic()
+    mem.load()
+    seconds = round(time.monotonic() - t0, 2)
+    del mem
+    gc.collect()
+    return seconds
+
+
 def log(msg):
     sys.stderr.write(f"[bench/hooks] {msg}\n")
     sys.stderr.flush()
@@ -568,7 +642,7 @@ def log(msg):
 
 # ==== 6. Report ====
 
-def machine():
+def machine(python):
     cpu = platform.processor() or ""
     try:
         with open("/proc/cpuinfo") as fh:
@@ -576,11 +650,12 @@ def machine():
     except OSError:
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-            "python": subprocess.run([PYTHON_FOR_REPORT[0], "-c", "import sys; print(sys.version.split()[0])"],
+            "python": subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"],
                                      capture_output=True, text=True).stdout.strip()}
 
 
-PYTHON_FOR_REPORT = [sys.executable]
+def loadavg():
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def verdict(ok):
@@ -624,19 +699,23 @@ def markdown(report):
     lines = [f"Machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, "
              f"Python {report['machine']['python']} ({report['python']}); embedder {report['embedder']} "
              f"(store vectors: random unit vectors tagged `{report['results'][0]['model_tag'] if report['results'] else '?'}`); "
-             f"{report['runs']} runs per cell.",
+             f"{report['runs']} runs per cell; load average {report['load_average_before']} before, "
+             f"{report['load_average_after']} after ({report['minutes']} min).",
              f"Command: `{report['command']}`", "",
              f"Floor (`python -I -c \"import json, socket\"`, {floor['n']} runs): p50 {f50:.1f} ms, "
-             f"p95 {floor['p95']:.1f} ms. Ratios are to the floor's p50.", "",
-             "| threads | hook | daemon | p50 ms | p95 ms | p50 / floor | p95 / floor | served by |",
-             "|---:|---|---|---:|---:|---:|---:|---|"]
+             f"p95 {floor['p95']:.1f} ms, min {floor['min']:.1f} ms. Ratios are to the floor's p50; "
+             f"min / floor min is the least noisy view of a hook's own cost.", "",
+             "| threads | hook | daemon | p50 ms | p95 ms | p50 / floor | p95 / floor | min / floor min | served by |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---|"]
     for r in report["results"]:
         for mode, label in (("warm", "warm"), ("no_daemon", "none")):
-            for kind, _, name in KINDS:
-                s = r[mode][kind]
+            for kind, name in [(k, n) for k, _, n in KINDS] + [("inject_busy", "hook inject (during a drain)")]:
+                s = r[mode].get(kind)
+                if s is None:
+                    continue
                 who = ", ".join(f"{k} {v}" for k, v in sorted(s.get("served", {}).items())) or "-"
                 lines.append(f"| {r['threads']:,} | `{name}` | {label} | {s['p50']:.1f} | {s['p95']:.1f} | "
-                             f"{s['p50'] / f50:.2f}x | {s['p95'] / f50:.2f}x | {who} |")
+                             f"{s['p50'] / f50:.2f}x | {s['p95'] / f50:.2f}x | {s['min'] / floor['min']:.2f}x | {who} |")
     lines += ["", "| threads | messages | bridges | store MB | Memory.load s | daemon start to ready s | "
                   "RSS ready / end / peak MB | capture to thread p50 / p95 ms | captures/s |",
               "|---:|---:|---:|---:|---:|---:|---|---|---:|"]
@@ -679,7 +758,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     python = args.python or (SHARED_PYTHON if args.embedder == "minilm" and os.path.exists(SHARED_PYTHON)
                              else sys.executable)
-    PYTHON_FOR_REPORT[0] = python
+    load_before, started = loadavg(), time.monotonic()
     workdir = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="ai_smartness-bench-")
     os.makedirs(workdir, exist_ok=True)
     try:
@@ -701,9 +780,10 @@ def main(argv=None):
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     floor = summary(runner.floor_samples)
-    report = {"machine": machine(), "python": python, "embedder": args.embedder, "runs": args.runs,
+    report = {"machine": machine(python), "python": python, "embedder": args.embedder, "runs": args.runs,
               "command": "python bench/hooks.py " + " ".join(sys.argv[1:] if argv is None else argv),
-              "floor_ms": floor, "results": results}
+              "load_average_before": load_before, "load_average_after": loadavg(),
+              "minutes": round((time.monotonic() - started) / 60, 1), "floor_ms": floor, "results": results}
     report["targets"] = targets(results, floor["p50"])
     print(json.dumps(report, indent=2) if args.json else markdown(report))
     return 0

@@ -422,8 +422,11 @@ def test_too_long_project_path_uses_the_short_socket_dir(tmp_path, reaper):
 def test_idle_daemon_exits(proj):
     (proj / ".ai").mkdir(mode=0o700)
     (proj / ".ai" / "config.json").write_text(json.dumps({"daemon_idle_seconds": 1}))
-    start(proj)
+    # Not start(): its status request may, on a stalled machine, come after the daemon left.
+    assert cli("daemon", "start", project=proj).returncode == 0
     wait_for(lambda: not alive(proj), "the idle daemon to exit")
+    log = (proj / ".ai" / "logs" / "ai_smartness.log").read_text()
+    assert '"daemon idle; exiting"' in log
     assert not (proj / ".ai" / "daemon.json").exists() and not (proj / ".ai" / "daemon.sock").exists()
     assert not daemon_pids(proj)
 
