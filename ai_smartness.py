@@ -1404,7 +1404,7 @@ def fuse_scores(base, neighbours, session_of, extras, weights):
     return out
 
 
-def focus(text, qterms, keep=0.6, floor=200):
+def focus(text, qterms, keep=0.6, floor=150):
     """A long text cut down to its sentences that share the most words with the query, in
     their original order, keeping at least `keep` of it: the budget goes to what matters."""
     if len(text) <= floor or not qterms:
@@ -2041,7 +2041,7 @@ class Memory:
         for h in hits:
             t = self.threads[h["thread_id"]]
             headers.setdefault(h["thread_id"], tr(
-                "ctx_thread", lang, title=shorten(t["title"], 40), status=tr("status_" + t["status"], lang),
+                "ctx_thread", lang, title=shorten(t["title"], 34), status=tr("status_" + t["status"], lang),
                 age=age_ago(now - ts_of(t, "last_active"), lang)))
         qterms = terms(prompt)
         candidates = [dict(h, group=h["thread_id"], line=self.item_line(
