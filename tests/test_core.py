@@ -171,9 +171,24 @@ def test_bm25_matches_the_okapi_formula():
     assert index.scores(["token"]) == {}
 
 
-def test_packing_respects_budget_dedupes_and_shortens_the_last_item():
-    items = [{"text": t, "line": t} for t in ["a" * 300, "a" * 300, "b" * 500, "c" * 900]]
-    packed = ais.pack_items(items, 1000, max_item=420)
+def test_packing_respects_budget_dedupes_and_skips_what_mostly_would_not_fit():
+    items = [{"text": t, "line": t} for t in ["a" * 300, "a" * 300, "b" * 500, "c" * 900, "d " * 100]]
+    packed = ais.pack_items(items, 1000, max_item=360)
     assert sum(len(i["line"]) + 1 for i in packed) <= 1000
-    assert [i["line"][0] for i in packed] == ["a", "b", "c"]
-    assert packed[-1]["line"].endswith("…")
+    assert [i["line"][0] for i in packed] == ["a", "b", "d"]  # less than half of c would fit
+    assert packed[1]["line"].endswith("…")  # b over max_item is shortened
+
+
+def test_packing_shortens_an_item_when_most_of_it_fits():
+    items = [{"text": t, "line": t} for t in ["e" * 300, "f " * 200]]
+    packed = ais.pack_items(items, 600, max_item=420)
+    assert [i["line"][0] for i in packed] == ["e", "f"]
+    assert packed[1]["line"].endswith("…") and len(packed[1]["line"]) >= 200
+
+
+def test_focus_keeps_the_sentences_about_the_query_in_order():
+    text = ("We met at the park. The weather was nice and sunny all day long. Later I adopted a puppy "
+            "named Rex from the shelter. We had pizza for dinner with friends. Then we watched a movie.")
+    out = ais.focus(text, ais.terms("When did she adopt the puppy?"), keep=0.5)
+    assert "adopted a puppy" in out and "…" in out and len(out) >= 0.5 * len(text)
+    assert ais.focus("short text", ["x"]) == "short text"

@@ -20,7 +20,8 @@ EVENT_OF = {v: k for k, v in HOOK_OF.items()}
 # Top-level keys Claude Code accepts from a command hook.
 TOP_KEYS = {"hookSpecificOutput", "continue", "stopReason", "suppressOutput", "systemMessage", "decision", "reason"}
 SESSION = "11111111-2222-3333-4444-555555555555"
-ITEM_RE = re.compile(r"^\s+- \[\d{4}-\d{2}-\d{2}, [^\]]+\] ")
+ITEM_RE = re.compile(r"^\s+- \[\d{1,2} \w+ \d{4}\] ")  # every item dated
+HEADER_RE = re.compile(r"^# .+ \((just now|.+ ago)\)$")  # every thread group says how old it is
 
 
 @pytest.fixture
@@ -347,6 +348,7 @@ def test_context_recalls_earlier_prompts_within_budget(proj, route):
     assert "Always use type hints" in text
     items = [line for line in text.splitlines() if line.startswith("  - ")]
     assert items and all(ITEM_RE.match(line) for line in items), text
+    assert all(HEADER_RE.match(line) for line in text.splitlines() if line.startswith("# ")), text
     # the CLI shows exactly what the hook injects
     assert cli_json("context", "why do stripe billing webhooks get processed twice?", project=proj)["message_ids"]
 
