@@ -534,7 +534,8 @@ class Store:
             doc = self.heartbeat()
             doc.update(fields)
             doc["schema"] = SCHEMA
-            write_json_atomic(self.path("heartbeat.json"), doc)
+            # Advisory state rewritten by most hooks: not worth an fsync on their critical path.
+            write_json_atomic(self.path("heartbeat.json"), doc, sync=False)
         return doc
 
     def state(self):
