@@ -1532,10 +1532,11 @@ class Memory:
         self.last_mid = None
         self.lex = LexicalIndex(b=0.4)
         self._qcache = (None, None)
-        self._load_bridges()
+        self._dterms = getattr(self, "_dterms", {})
 
     def load(self):
         self._reset()
+        self._load_bridges()
         threads = self.store.load_threads()
         for thread in threads.values():
             self._index_thread(thread, link=False)
@@ -1550,9 +1551,18 @@ class Memory:
         elif not self.partial:
             self.refresh()
 
-    def load_partial(self, thread_ids):
-        """Only these threads (and all bridges): what a hook needs when the daemon is away."""
+    def load_partial(self, thread_ids, bridge_ids=None):
+        """Only these threads and bridges (all bridges when `bridge_ids` is None): what a hook
+        needs when the daemon is away."""
         self._reset()
+        self.bridges, self.links = {}, {}
+        if bridge_ids is None:
+            self._load_bridges()
+        for bid in bridge_ids or ():
+            try:
+                self._add_bridge(check_bridge(read_json(os.path.join(self.store.bridges_dir, bid + ".json"))))
+            except (OSError, CorruptRecord):
+                continue
         for tid in thread_ids:
             try:
                 self._index_thread(check_thread(read_json(os.path.join(self.store.threads_dir, tid + ".json"))),
@@ -1737,12 +1747,23 @@ class Memory:
         if getattr(self, "_index_due", False) and (force or time.monotonic() - getattr(self, "_index_at", 0.0) > 3.0):
             self.write_index()
 
+    def digest_terms(self, thread):
+        """Index terms of a thread's title, topics and summary, computed once per change so
+        that hooks without the daemon need not tokenize the whole digest."""
+        key = (thread["title"], tuple(thread.get("topics", [])), thread.get("summary", ""))
+        cached = self._dterms.get(thread["id"])
+        if cached is None or cached[0] != key:
+            cached = (key, sorted(set(terms(" ".join([key[0], " ".join(key[1]), key[2]])))))
+            self._dterms[thread["id"]] = cached
+        return cached[1]
+
     def write_index(self):
         """A compact digest of every thread for hooks answering without the daemon."""
         digest = {tid: {"title": t["title"], "topics": t.get("topics", []), "summary": t.get("summary", ""),
                         "status": t["status"], "weight": t.get("weight", 0.5),
                         "weight_at": t.get("weight_at"), "last_active": t.get("last_active"),
-                        "n": len(t["messages"])}
+                        "n": len(t["messages"]), "terms": self.digest_terms(t),
+                        "bridges": sorted(self.links.get(tid, ()))}
                   for tid, t in self.threads.items()}
         write_json_atomic(os.path.join(self.store.db, "index.json"), {"schema": SCHEMA, "threads": digest})
         self._index_due, self._index_at = False, time.monotonic()
@@ -2674,14 +2695,24 @@ def hot_thread(store):
 def lexical_memory(store, query, extra=()):
     """A lexical-only Memory over the threads whose digest best matches `query`: what a hook
     can afford to load without the daemon."""
+    import math
     threads = digest(store)
-    index = LexicalIndex()
+    wanted = set(terms(query))
+    found, df = {}, {}
     for tid, t in threads.items():
-        index.add(tid, terms(" ".join([t.get("title", ""), " ".join(t.get("topics", [])), t.get("summary", "")])))
-    chosen = [tid for tid, _ in top_items(index.scores(terms(query)), 6)]
+        shared = wanted.intersection(t.get("terms", ()))
+        if shared:
+            found[tid] = shared
+            for term in shared:
+                df[term] = df.get(term, 0) + 1
+    n = len(threads)
+    scores = {tid: sum(math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5)) for w in shared)
+              for tid, shared in found.items()}
+    chosen = [tid for tid, _ in top_items(scores, 6)]
     chosen += [tid for tid in extra if tid and tid not in chosen]
+    bridges = sorted({b for tid in chosen for b in threads.get(tid, {}).get("bridges", ())})
     mem = Memory(store.dir, embedder="lexical")
-    mem.load_partial(chosen)
+    mem.load_partial(chosen, bridges)
     return mem
 
 
