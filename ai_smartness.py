@@ -2700,7 +2700,10 @@ def lexical_memory(store, query, extra=()):
     wanted = set(terms(query))
     found, df = {}, {}
     for tid, t in threads.items():
-        shared = wanted.intersection(t.get("terms", ()))
+        known = t.get("terms")
+        if known is None:  # a digest written before terms were stored in it
+            known = terms(" ".join([t.get("title", ""), " ".join(t.get("topics", [])), t.get("summary", "")]))
+        shared = wanted.intersection(known)
         if shared:
             found[tid] = shared
             for term in shared:
@@ -2710,7 +2713,9 @@ def lexical_memory(store, query, extra=()):
               for tid, shared in found.items()}
     chosen = [tid for tid, _ in top_items(scores, 6)]
     chosen += [tid for tid in extra if tid and tid not in chosen]
-    bridges = sorted({b for tid in chosen for b in threads.get(tid, {}).get("bridges", ())})
+    # Older digests carry no bridge ids: then every bridge is read.
+    bridges = None if any("bridges" not in t for t in threads.values()) else \
+        sorted({b for tid in chosen for b in threads.get(tid, {}).get("bridges", ())})
     mem = Memory(store.dir, embedder="lexical")
     mem.load_partial(chosen, bridges)
     return mem
