@@ -31,9 +31,10 @@ Data dir <project>/.ai/:
     db/index.json (derived)  db/state.json (generation)  inbox/ (capture journal)
     cache/recall/ (generated recall files)  logs/
 """
-# Only cheap stdlib modules at module level: hooks start a fresh interpreter each time and
-# are measured against `python -I -c "import json, socket"`. Heavier stdlib modules are
-# imported inside the functions that need them.
+# Only cheap stdlib modules at module level: hooks start a fresh interpreter each time
+# (`python -I -S -c 'import ai_smartness ...'`: no site, no runpy) and are measured against
+# `python -I -c "import json, socket"`. Heavier stdlib modules are imported inside the
+# functions that need them.
 import errno
 import fcntl
 import json
@@ -987,6 +988,7 @@ class MiniLMEmbedder:
 
     def __init__(self):
         self.model = None
+        self.direct = False
 
     def load(self):
         if self.model is None:
@@ -1002,20 +1004,49 @@ class MiniLMEmbedder:
             # The length the model was trained on; the default 256 costs twice the time for the
             # few longer texts and adds little to them.
             self.model.max_seq_length = 128
+            self.model.eval()
+            # This model is Transformer -> mean Pooling -> Normalize. Running those steps here
+            # skips encode()'s per-call device and mode checks, several ms of a short query.
+            kinds = [type(module).__name__ for module in self.model]
+            self.direct = (kinds == ["Transformer", "Pooling", "Normalize"]
+                           and self.model[1].get_config_dict().get("pooling_mode") == "mean")
         return self.model
 
     def embed(self, texts):
         from array import array
         if not texts:
             return []
-        rows = self.load().encode(list(texts), batch_size=32, normalize_embeddings=True,
-                                  convert_to_numpy=True, show_progress_bar=False)
+        model = self.load()
+        if self.direct:
+            rows = self._forward(list(texts))
+        else:
+            rows = model.encode(list(texts), batch_size=32, normalize_embeddings=True,
+                                convert_to_numpy=True, show_progress_bar=False)
         out = []
         for row in rows:
             vec = array("f")
             vec.frombytes(row.astype("float32").tobytes())
             out.append(vec)
         return out
+
+    def _forward(self, texts, batch=32):
+        """Mean-pooled, normalised token embeddings; texts batched by length, as encode()
+        does, so that padding stays small."""
+        import torch
+        tokenizer, bert = self.model.tokenizer, self.model[0].auto_model
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        rows = [None] * len(texts)
+        with torch.inference_mode():
+            for start in range(0, len(order), batch):
+                idx = order[start:start + batch]
+                feats = tokenizer([texts[i] for i in idx], padding=True, truncation=True,
+                                  max_length=self.model.max_seq_length, return_tensors="pt")
+                hidden = bert(**feats).last_hidden_state
+                mask = feats["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                for i, row in zip(idx, torch.nn.functional.normalize(pooled, dim=1).numpy()):
+                    rows[i] = row
+        return rows
 
 
 def torch_threads():
@@ -1437,10 +1468,13 @@ def focus(text, qterms, keep=0.6, floor=150):
     return " ".join(out)
 
 
-def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_cost=None):
+def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_cost=None, render=None):
     """Greedy packing: best items first, each shortened to at most `max_item`. An item that
     does not fit whole is shortened to the space left only when most of it still fits, else
-    skipped for a smaller one. The first item of a group also pays `group_cost(group)`."""
+    skipped for a smaller one. The first item of a group also pays `group_cost(group)`.
+    `render(item)` gives an item's line when it has none yet, and is called only for items
+    that may fit (`min_len`, a lower bound of the line's length, rules the others out), so a
+    costly rendering is not paid for every candidate."""
     out, used, seen, groups = [], 0, set(), set()
     for item in candidates:
         key = rule_key(item["text"])[:200]
@@ -1450,12 +1484,15 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
         group = item.get("group")
         if group_cost and group not in groups:
             extra += group_cost(group)
-        line = shorten(item["line"], max_item)
         room = budget - used - extra
+        if room < min_item and item.get("min_len", 0) > room:
+            continue
+        full = item["line"] if "line" in item else render(item)
+        line = shorten(full, max_item)
         if len(line) > room:
-            if room < max(min_item, len(item["line"]) // 2):
+            if room < max(min_item, len(full) // 2):
                 continue
-            line = shorten(item["line"], room)
+            line = shorten(full, room)
         seen.add(key)
         groups.add(group)
         out.append(dict(item, line=line))
@@ -2069,17 +2106,21 @@ class Memory:
             tail.append(tr("ctx_guardcode", lang))
         fixed = len(head) + sum(len(t) + 1 for t in tail) + 1
         headers = {}
-        for h in hits:
-            t = self.threads[h["thread_id"]]
-            headers.setdefault(h["thread_id"], tr(
-                "ctx_thread", lang, title=shorten(t["title"], 34), status=tr("status_" + t["status"], lang),
-                age=age_ago(now - ts_of(t, "last_active"), lang)))
+
+        def header(tid):
+            if tid not in headers:
+                t = self.threads[tid]
+                headers[tid] = tr("ctx_thread", lang, title=shorten(t["title"], 34),
+                                  status=tr("status_" + t["status"], lang),
+                                  age=age_ago(now - ts_of(t, "last_active"), lang))
+            return headers[tid]
         qterms = terms(prompt)
-        candidates = [dict(h, group=h["thread_id"], line=self.item_line(
-            self.msgs[h["message_id"]], text=focus(h["text"], qterms))) for h in hits if h["score"] > 0]
+        # focus() keeps at least half of a text: a bound that lets packing skip rendering.
+        candidates = [dict(h, group=h["thread_id"], min_len=min(len(h["text"]), 150) // 2)
+                      for h in hits if h["score"] > 0]
         # Each item is indented under its thread's header, which costs space once.
-        items = pack_items(candidates, max(0, budget - fixed), indent=4,
-                           group_cost=lambda g: len(headers[g]) + 1)
+        items = pack_items(candidates, max(0, budget - fixed), indent=4, group_cost=lambda g: len(header(g)) + 1,
+                           render=lambda h: self.item_line(self.msgs[h["message_id"]], text=focus(h["text"], qterms)))
         by_thread = {}
         for item in items:
             by_thread.setdefault(item["thread_id"], []).append(item)
@@ -2574,6 +2615,8 @@ class Daemon:
             pass
         finally:
             conn.close()
+            # Whatever the request journaled is drained now, once the hook has its answer.
+            self.wake.set()
 
     def handle(self, cmd, args, version):
         if version != VERSION:
@@ -2606,7 +2649,6 @@ class Daemon:
     def cmd_capture(self, entry):
         """Journal first (durable before the reply), process later in the worker."""
         cid = self.store.inbox_append(entry)
-        self.wake.set()
         return {"ok": True, "id": cid}
 
     def cmd_hook(self, name, payload):
@@ -2615,7 +2657,6 @@ class Daemon:
             return {"error": "warming"}
         with self.lock if name != "capture" else _nullcontext():
             out = HOOK_LOGIC[name](self.store, payload, self.mem if self.ready else None)
-        self.wake.set()
         return {"ok": True, "stdout": out}
 
     def _locked(self, fn, *args, **kw):
@@ -2767,6 +2808,8 @@ def context_output(event, text):
 
 
 def add_rules_to_store(store, texts, now):
+    if not texts:
+        return []
     with FileLock(store.path("rules.lock"), timeout=2.0):
         rules = store.rules()
         added = merge_rules(rules, texts, now)
@@ -3021,7 +3064,8 @@ def trim_strings(value, limit=60000):
 def run_hook(name, project_arg=None):
     """Entry point of every hook process. Always returns 0."""
     store = None
-    import signal
+    # _signal is signal without its enum wrappers, which take a millisecond to build.
+    import _signal as signal
 
     def on_alarm(signum, frame):
         raise HookTimeout()

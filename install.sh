@@ -344,7 +344,7 @@ install_files() {
     copy_if_changed "$f" "$AI_DIR/i18n/${f##*/}" && changed=1
   done
   if [ "$changed" = 1 ]; then say "module copied into $AI_DIR"; else say "module already up to date in $AI_DIR"; fi
-  # Hooks import the module with -m: cached bytecode spares them the compile on every event.
+  # Hooks import the module: cached bytecode spares them the compile on every event.
   "$PY" -I -m compileall -q "$AI_DIR/ai_smartness.py" >/dev/null || err "$PY could not compile $AI_DIR/ai_smartness.py"
 }
 

@@ -5,9 +5,8 @@
 usage: python bench/hooks.py [--sizes 200,2000,20000] [--runs N] [--embedder minilm|hash]
                              [--messages N] [--throughput N] [--python PY] [--keep DIR] [--json]
 
-Each hook runs as install.sh writes it into settings.json,
-    PYTHONSAFEPATH=1 PYTHONPATH=<lib> <python> -m ai_smartness hook <name>   (payload on stdin)
-with cwd and $CLAUDE_PROJECT_DIR the project. <lib> holds a byte-compiled snapshot of the repo's
+Each hook runs as install.sh writes it into settings.json: the command of settings.template.json
+with <python> and <lib> filled in, payload on stdin, cwd and $CLAUDE_PROJECT_DIR the project. <lib> holds a byte-compiled snapshot of the repo's
 ai_smartness.py and i18n/ (install.sh compiles its copy in .ai/ the same way; a snapshot, so
 that editing the repo during a run cannot leave a stale bytecode cache every hook recompiles).
 The floor is the same interpreter running `-I -c "import json, socket"`; one floor run precedes
@@ -44,6 +43,7 @@ import json
 import os
 import platform
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -326,13 +326,25 @@ class Runner:
         self.floor_samples.append(ms)
         return ms
 
+    def hook_argv(self, name):
+        """The template's command for hook `name`, as argv (exec'd directly, like the floor)."""
+        with open(os.path.join(REPO_ROOT, "settings.template.json"), encoding="utf-8") as fh:
+            hooks = json.load(fh)["hooks"]
+        for groups in hooks.values():
+            for handler in groups[0]["hooks"]:
+                argv = shlex.split(handler["command"].replace("{{PYTHON}}", self.python)
+                                   .replace("{{AI_DIR}}", self.lib), comments=True)
+                if argv[-2:] == ["hook", name]:
+                    return argv
+        raise BenchError(f"settings.template.json has no command for hook {name}")
+
     def hook(self, project, name, payload):
         """One hook process, timed from spawn to exit; returns (ms, stdout)."""
-        env = dict(self.env, PYTHONSAFEPATH="1", PYTHONPATH=self.lib, CLAUDE_PROJECT_DIR=project)
+        env = dict(self.env, CLAUDE_PROJECT_DIR=project)
         data = json.dumps(payload).encode()
+        argv = self.hook_argv(name)
         t0 = time.perf_counter()
-        proc = subprocess.run([self.python, "-m", "ai_smartness", "hook", name], input=data, env=env,
-                              cwd=project, capture_output=True)
+        proc = subprocess.run(argv, input=data, env=env, cwd=project, capture_output=True)
         ms = (time.perf_counter() - t0) * 1000
         if proc.returncode != 0 or proc.stderr:
             raise BenchError(f"hook {name} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")

@@ -186,6 +186,19 @@ def test_packing_shortens_an_item_when_most_of_it_fits():
     assert packed[1]["line"].endswith("…") and len(packed[1]["line"]) >= 200
 
 
+def test_packing_renders_lazily_and_packs_the_same_as_eager_lines():
+    texts = ["g" * 120, "h " * 300, "i" * 90, "j " * 400, "k" * 60, "l" * 200]
+    rendered = []
+
+    def render(item):
+        rendered.append(item["text"][0])
+        return "> " + item["text"]
+    eager = ais.pack_items([{"text": t, "line": "> " + t} for t in texts], 500, max_item=360)
+    lazy = ais.pack_items([{"text": t, "min_len": len(t) // 2} for t in texts], 500, max_item=360, render=render)
+    assert [i["line"] for i in lazy] == [i["line"] for i in eager]
+    assert "j" not in rendered  # cannot fit whatever its rendering: never rendered
+
+
 def test_focus_keeps_the_sentences_about_the_query_in_order():
     text = ("We met at the park. The weather was nice and sunny all day long. Later I adopted a puppy "
             "named Rex from the shelter. We had pizza for dinner with friends. Then we watched a movie.")

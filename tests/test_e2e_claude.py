@@ -161,7 +161,7 @@ def test_install_keeps_foreign_settings_and_uninstall_restores_them(sandbox):
     for name, event in HOOK_EVENTS.items():
         commands = [h.get("command", "") for entry in settings["hooks"].get(event, [])
                     for h in entry.get("hooks", [])]
-        ours = [c for c in commands if "-m ai_smartness hook %s" % name in c]
+        ours = [c for c in commands if c.endswith(" hook %s # ai_smartness" % name)]
         assert len(ours) == 1 and ai_dir in ours[0], (event, commands)
 
     # Installed, both hook sets fire.

@@ -122,10 +122,11 @@ def check_hooks(project, python=None):
         assert h["type"] == "command"
         assert type(h["timeout"]) is int and 5 <= h["timeout"] <= 30
         words = shlex.split(h["command"], comments=True)
-        # PYTHONSAFEPATH: python 3.11+ then keeps the project folder (cwd) off sys.path.
-        assert words[:2] == ["PYTHONSAFEPATH=1", "PYTHONPATH=" + str(project / ".ai")]
-        assert words[3:] == ["-m", "ai_smartness", "hook", HOOKS[event]]
-        pythons.add(words[2])
+        # -I keeps the project folder (cwd) and PYTHON* variables out; -S skips site-packages,
+        # which a hook does not need.
+        assert words[1:4] == ["-I", "-S", "-c"] and "import ai_smartness" in words[4]
+        assert words[5:] == [str(project / ".ai"), "hook", HOOKS[event]]
+        pythons.add(words[0])
     assert len(pythons) == 1
     py = pythons.pop()
     assert os.path.isabs(py) and os.access(py, os.X_OK)
@@ -161,8 +162,9 @@ def test_template_is_the_hooks_block():
     assert set(hooks) == set(HOOKS)
     for event, groups in hooks.items():
         (h,) = groups[0]["hooks"]
-        assert h["command"] == (f"PYTHONSAFEPATH=1 PYTHONPATH='{{{{AI_DIR}}}}' '{{{{PYTHON}}}}' "
-                                f"-m ai_smartness hook {HOOKS[event]} {MARKER}")
+        assert h["command"] == ("'{{PYTHON}}' -I -S -c 'import sys; sys.path.insert(0, sys.argv[1]); "
+                                "import ai_smartness; ai_smartness.main(sys.argv[2:])' "
+                                f"'{{{{AI_DIR}}}}' hook {HOOKS[event]} {MARKER}")
 
 
 @pytest.mark.parametrize("original", [FOREIGN, '{"model":"haiku"}', None],

@@ -26,6 +26,16 @@ def test_minilm_vectors_are_unit_384d_and_semantic(model):
     assert ais.dot(a, b) > ais.dot(a, c) + 0.2
 
 
+def test_direct_forward_equals_sentence_transformers_encode(model):
+    texts = ["oauth token refresh", "", "Can you look at why the scheduler retries forever? " * 30,
+             "a", "déployer le service de paiement", "renew the auth token"]
+    got = model.embed(texts)
+    assert model.direct  # this model is Transformer -> mean Pooling -> Normalize
+    want = model.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    for vec, row in zip(got, want):
+        assert max(abs(a - b) for a, b in zip(vec, row.tolist())) < 1e-5
+
+
 def test_three_topics_with_minilm_and_health_names_the_model(project, model, monkeypatch):
     mem, owner = fill(project, embedder=model)
     check_three_topics(mem, owner)
