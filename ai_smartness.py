@@ -2653,10 +2653,17 @@ class Daemon:
 
     def cmd_hook(self, name, payload):
         """Run a hook's logic with the warm memory; the hook process only relays stdout."""
-        if name not in ("capture",) and not self.ready:
+        if name == "capture":
+            return {"ok": True, "stdout": logic_capture(self.store, payload, None)}
+        if not self.ready:
             return {"error": "warming"}
-        with self.lock if name != "capture" else _nullcontext():
-            out = HOOK_LOGIC[name](self.store, payload, self.mem if self.ready else None)
+        # The query's embedding needs only the model: computed before taking the memory lock,
+        # a prompt that comes during a drain waits for one capture's inference, not a batch.
+        query = payload.get("prompt") if name == "inject" else recall_query(payload, os.path.dirname(self.store.dir))
+        if isinstance(query, str) and query.strip():
+            self.mem.query_vector(query)
+        with self.lock:
+            out = HOOK_LOGIC[name](self.store, payload, self.mem)
         return {"ok": True, "stdout": out}
 
     def _locked(self, fn, *args, **kw):
@@ -2684,14 +2691,6 @@ class Daemon:
 
     def cmd_stats(self):
         return self._locked(self.mem.stats)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 # ==== 9. Hooks ====
