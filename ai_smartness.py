@@ -1176,12 +1176,14 @@ def use_thread(thread, now, half_life_days, amount):
     thread["weight_at"] = now
 
 
-def decide(content_topics, candidates, cfg):
-    """candidates: [(thread, cosine)]. Returns the decision with the scores behind it:
-    CONTINUE / FORK (a sub-topic of the best match) / REACTIVATE / NEW_THREAD."""
+def decide(content_topics, candidates, cfg, sims=None):
+    """candidates: [(thread, cosine)], `sims` their similarity() to the content when the caller
+    has it. Returns the decision with the scores behind it: CONTINUE / FORK (a sub-topic of
+    the best match) / REACTIVATE / NEW_THREAD."""
     th = cfg["thresholds"]
-    scored = sorted(((similarity(cos, content_topics, t.get("topics")), cos, t) for t, cos in candidates),
-                    key=lambda x: -x[0])
+    if sims is None:
+        sims = [similarity(cos, content_topics, t.get("topics")) for t, cos in candidates]
+    scored = sorted(((sim, cos, t) for (t, cos), sim in zip(candidates, sims)), key=lambda x: -x[0])
     best_active = next((s for s in scored if s[2]["status"] == "active"), None)
     best_dormant = next((s for s in scored if s[2]["status"] != "active"), None)
     out = {"top": [{"thread_id": t["id"], "score": round(s, 4), "cosine": round(c, 4),
@@ -1276,8 +1278,7 @@ def plan_bridges(thread_id, related, links, cfg, now, kind="extends", reason="")
 
     def neighbours(tid):
         for b in links(tid):
-            other = b["target_id"] if b["source_id"] == tid else b["source_id"]
-            yield other, bridge_confidence(b, now, cfg["bridge_half_life_days"])
+            yield (b["target_id"] if b["source_id"] == tid else b["source_id"]), b
     out = []
     frontier = []
     for other_id, sim in related:
@@ -1291,10 +1292,13 @@ def plan_bridges(thread_id, related, links, cfg, now, kind="extends", reason="")
         via, conf, depth = frontier.pop(0)
         if depth + 1 > cfg["bridge_max_depth"]:
             continue
-        for far_id, link_conf in neighbours(via):
-            gossip = conf * link_conf * 0.8  # each hop loses a fifth on top of both links
+        for far_id, link in neighbours(via):
             key = pair_key(thread_id, far_id)
-            if far_id == thread_id or key in existing or gossip < cfg["bridge_min_confidence"]:
+            if far_id == thread_id or key in existing:
+                continue
+            # Each hop loses a fifth on top of both links.
+            gossip = conf * bridge_confidence(link, now, cfg["bridge_half_life_days"]) * 0.8
+            if gossip < cfg["bridge_min_confidence"]:
                 continue
             existing.add(key)
             out.append(make_bridge(thread_id, far_id, "extends", gossip, f"via {via}", depth + 1, now))
@@ -1958,7 +1962,8 @@ class Memory:
         if entry["source"] == "prompt":
             self.add_rules(detect_rules(entry["text"]), now)
         candidates = self.candidates(vec)
-        decision = decide(ext["topics"], candidates, cfg)
+        sims = [similarity(cos, ext["topics"], t.get("topics")) for t, cos in candidates]
+        decision = decide(ext["topics"], candidates, cfg, sims)
         action = decision["action"]
         full = self.threads.get(decision["thread_id"])
         if full is not None and len(full["messages"]) >= MAX_THREAD_MESSAGES:
@@ -1989,8 +1994,8 @@ class Memory:
         self._add_message(thread, msg, vec, ext, now)
         touched_t.add(thread["id"])
         # Bridges to the other threads this content resembles, typed by its wording.
-        related = [(t["id"], similarity(cos, ext["topics"], t.get("topics"))) for t, cos in candidates
-                   if t["id"] != thread["id"]]
+        # The candidates' topics are as decide() saw them: only the chosen thread changed.
+        related = [(t["id"], sim) for (t, _), sim in zip(candidates, sims) if t["id"] != thread["id"]]
         related.sort(key=lambda x: -x[1])
         new = []
         if action == "FORK":
