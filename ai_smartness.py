@@ -96,6 +96,15 @@ MAX_THREAD_MESSAGES = 200
 MAX_SOCKET_PATH = 100
 # The daemon and the hooks refuse requests larger than this.
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
+# Texts in one embedding call of the daemon's workers: per text, two cost a tenth less than
+# one (more gain nothing), and a call this short (0.1 s on one core) soon leaves its core to
+# a prompt.
+EMBED_CHUNK = 2
+# Niceness of the daemon's embedding workers (the rest of the daemon runs at 0).
+WORKER_NICE = 5
+# Captures the daemon applies in one hold of the memory lock, each record they touch written
+# once; a request waiting for the lock ends the batch after the current capture.
+DRAIN_BATCH = 64
 HOOK_NAMES = ("start", "inject", "pretool", "capture", "stop", "precompact", "end")
 # Claude Code event names accepted as aliases of the hook names.
 HOOK_ALIASES = {
@@ -158,6 +167,9 @@ def iso(ts):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
+_TIMES = {}  # stored time text -> epoch seconds: every capture weighs the same bridge times again
+
+
 def parse_time(value):
     """ISO 8601 (with or without zone, Z, or date only) or epoch seconds -> epoch seconds.
     A time without a zone is taken as UTC so imported history keeps its own clock."""
@@ -165,6 +177,17 @@ def parse_time(value):
         raise UsageError("empty time")
     if isinstance(value, (int, float)):
         return float(value)
+    if not isinstance(value, str):
+        return _parse_time_text(value)
+    seconds = _TIMES.get(value)
+    if seconds is None:
+        seconds = _parse_time_text(value)
+        if len(_TIMES) < 200000:
+            _TIMES[value] = seconds
+    return seconds
+
+
+def _parse_time_text(value):
     from datetime import datetime, timezone
     text = str(value).strip().replace("Z", "+00:00")
     try:
@@ -295,12 +318,17 @@ class Log:
         self.path = path
 
     def write(self, level, msg, **fields):
+        self.write_many([(level, msg, fields)])
+
+    def write_many(self, records):
+        """[(level, msg, fields)] in one append: a drained batch logs each decision."""
         try:
-            line = {"ts": iso(time.time()), "pid": os.getpid(), "level": level, "msg": msg}
-            line.update(fields)
+            now, pid = iso(time.time()), os.getpid()
+            text = "".join(json.dumps(dict({"ts": now, "pid": pid, "level": level, "msg": msg}, **fields),
+                                      ensure_ascii=False, default=str) + "\n" for level, msg, fields in records)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             try:
-                os.write(fd, (json.dumps(line, ensure_ascii=False, default=str) + "\n").encode())
+                os.write(fd, text.encode())
             finally:
                 os.close(fd)
         except OSError:
@@ -327,11 +355,24 @@ def make_private_dir(path):
         pass
 
 
+_TMP = [None]  # (pid, random tag, counter): temp names unique across processes and threads
+
+
+def _tmp_tag():
+    """A fresh temp-file suffix: the pid and a random tag drawn once per process (a crashed
+    process's leftovers never collide with it), then a counter (next() is atomic)."""
+    state = _TMP[0]
+    if state is None or state[0] != os.getpid():
+        import itertools
+        state = _TMP[0] = (os.getpid(), os.urandom(3).hex(), itertools.count())
+    return f"{state[0]}{state[1]}.{next(state[2])}"
+
+
 def write_json_atomic(path, obj, mode=0o600, sync=True):
     """`sync=False` skips the fsync: the file still survives any process crash, only not a
     power loss before the kernel writes it back."""
     data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    tmp = f"{path}.tmp{os.getpid()}{os.urandom(3).hex()}"
+    tmp = f"{path}.tmp{_tmp_tag()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         view = memoryview(data)
@@ -342,11 +383,63 @@ def write_json_atomic(path, obj, mode=0o600, sync=True):
         os.close(fd)
         fd = -1
         os.replace(tmp, path)
-    finally:
+    except BaseException:
         if fd >= 0:
             os.close(fd)
-        if os.path.exists(tmp):
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json_many(items, mode=0o600, group=64):
+    """[(path, obj)] written as write_json_atomic does, each fsynced, but in phases: a group of
+    temp files written, then fsynced, then renamed. Cheaper than one file after another (the
+    filesystem commits a group together), and it is what a batch of captures writes."""
+    items = list(items)
+    for start in range(0, len(items), group):
+        pending = []  # [fd or -1, temp path or None, path]
+        try:
+            for path, obj in items[start:start + group]:
+                data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+                tmp = f"{path}.tmp{_tmp_tag()}"
+                pending.append([os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), tmp, path])
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(pending[-1][0], view):]
+            for entry in pending:
+                os.fsync(entry[0])
+                os.close(entry[0])
+                entry[0] = -1
+            for entry in pending:
+                os.replace(entry[1], entry[2])
+                entry[1] = None
+        except BaseException:
+            for fd, tmp, _ in pending:
+                if fd >= 0:
+                    os.close(fd)
+                if tmp:
+                    try:
+                        os.unlink(tmp)
+                    except OSError:
+                        pass
+            raise
+
+
+def fsync_dir(path):
+    """Make the renames and unlinks done in a directory durable, before anything that
+    assumes them (a journal entry removed once its records are on disk)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse a directory fsync; their renames are durable anyway
+    finally:
+        os.close(fd)
 
 
 def read_json(path):
@@ -462,8 +555,15 @@ class Store:
     def save_thread(self, thread):
         write_json_atomic(os.path.join(self.threads_dir, thread["id"] + ".json"), thread)
 
-    def save_bridge(self, bridge):
-        write_json_atomic(os.path.join(self.bridges_dir, bridge["id"] + ".json"), bridge)
+    def save_records(self, threads=(), bridges=()):
+        """Several threads and bridges at once (write_json_many), then their directories
+        fsynced: once this returns, all of them survive a crash or a power loss."""
+        items = [(os.path.join(self.threads_dir, t["id"] + ".json"), t) for t in threads]
+        items += [(os.path.join(self.bridges_dir, b["id"] + ".json"), b) for b in bridges]
+        write_json_many(items)
+        for folder, recs in ((self.threads_dir, threads), (self.bridges_dir, bridges)):
+            if recs:
+                fsync_dir(folder)
 
     def delete_thread(self, thread_id):
         self._unlink(os.path.join(self.threads_dir, thread_id + ".json"))
@@ -790,9 +890,12 @@ class HeuristicExtractor:
             if (len(word) < 3 or word in STOPWORDS or word in GENERIC_WORDS or word.isdigit()
                     or word in ACKNOWLEDGEMENTS):
                 continue
-            # Identifiers and acronyms name topics better than prose words.
-            bonus = 1.0 + (0.5 if ("_" in raw or raw.isupper() or any(c.isdigit() for c in raw)
-                                   or (raw[:1].islower() and any(c.isupper() for c in raw))) else 0)
+            # Identifiers and acronyms name topics better than prose words. (isalpha() and
+            # islower() first: they answer for most words without a scan in Python.)
+            bonus = 1.0 + (0.5 if ("_" in raw or raw.isupper()
+                                   or (not raw.isalpha() and any(c.isdigit() for c in raw))
+                                   or (raw[:1].islower() and not raw.islower()
+                                       and any(c.isupper() for c in raw))) else 0)
             if word not in counts:
                 order.append(word)
             counts[word] = counts.get(word, 0) + bonus
@@ -802,7 +905,7 @@ class HeuristicExtractor:
                 counts[base] = counts.get(base, 0) + 3
                 if base not in order:
                     order.insert(0, base)
-        ranked = sorted(order, key=lambda w: (-counts[w], order.index(w)))
+        ranked = sorted(order, key=lambda w: -counts[w])  # stable: first seen first among equals
         out = []
         for word in ranked:
             if all(stem(word) != stem(o) for o in out):
@@ -1104,12 +1207,14 @@ def use_thread(thread, now, half_life_days, amount):
     thread["weight_at"] = now
 
 
-def decide(content_topics, candidates, cfg):
-    """candidates: [(thread, cosine)]. Returns the decision with the scores behind it:
-    CONTINUE / FORK (a sub-topic of the best match) / REACTIVATE / NEW_THREAD."""
+def decide(content_topics, candidates, cfg, sims=None):
+    """candidates: [(thread, cosine)], `sims` their similarity() to the content when the caller
+    has it. Returns the decision with the scores behind it: CONTINUE / FORK (a sub-topic of
+    the best match) / REACTIVATE / NEW_THREAD."""
     th = cfg["thresholds"]
-    scored = sorted(((similarity(cos, content_topics, t.get("topics")), cos, t) for t, cos in candidates),
-                    key=lambda x: -x[0])
+    if sims is None:
+        sims = [similarity(cos, content_topics, t.get("topics")) for t, cos in candidates]
+    scored = sorted(((sim, cos, t) for (t, cos), sim in zip(candidates, sims)), key=lambda x: -x[0])
     best_active = next((s for s in scored if s[2]["status"] == "active"), None)
     best_dormant = next((s for s in scored if s[2]["status"] != "active"), None)
     out = {"top": [{"thread_id": t["id"], "score": round(s, 4), "cosine": round(c, 4),
@@ -1204,8 +1309,7 @@ def plan_bridges(thread_id, related, links, cfg, now, kind="extends", reason="")
 
     def neighbours(tid):
         for b in links(tid):
-            other = b["target_id"] if b["source_id"] == tid else b["source_id"]
-            yield other, bridge_confidence(b, now, cfg["bridge_half_life_days"])
+            yield (b["target_id"] if b["source_id"] == tid else b["source_id"]), b
     out = []
     frontier = []
     for other_id, sim in related:
@@ -1219,10 +1323,13 @@ def plan_bridges(thread_id, related, links, cfg, now, kind="extends", reason="")
         via, conf, depth = frontier.pop(0)
         if depth + 1 > cfg["bridge_max_depth"]:
             continue
-        for far_id, link_conf in neighbours(via):
-            gossip = conf * link_conf * 0.8  # each hop loses a fifth on top of both links
+        for far_id, link in neighbours(via):
             key = pair_key(thread_id, far_id)
-            if far_id == thread_id or key in existing or gossip < cfg["bridge_min_confidence"]:
+            if far_id == thread_id or key in existing:
+                continue
+            # Each hop loses a fifth on top of both links.
+            gossip = conf * bridge_confidence(link, now, cfg["bridge_half_life_days"]) * 0.8
+            if gossip < cfg["bridge_min_confidence"]:
                 continue
             existing.add(key)
             out.append(make_bridge(thread_id, far_id, "extends", gossip, f"via {via}", depth + 1, now))
@@ -1570,6 +1677,7 @@ class Memory:
         self.lex = LexicalIndex(b=0.4)
         self._qcache = (None, None)
         self._dterms = getattr(self, "_dterms", {})
+        self._hot = None
 
     def load(self):
         self._reset()
@@ -1639,6 +1747,7 @@ class Memory:
         if not changes or changes[0][0] != (self.generation or 0) + 1 or any(c[1] == "*" for c in changes):
             self.load()
             return
+        self._hot = None  # another process may have worked on a thread since
         for _, ids in changes:
             for rid in ids:
                 if rid.startswith("b"):
@@ -1758,30 +1867,41 @@ class Memory:
         return out
 
     def save(self, thread_ids=(), bridge_ids=(), deleted_bridges=(), deleted_threads=()):
-        """Write changed records, the derived index, then the new generation (caller holds
-        the db lock)."""
-        for tid in thread_ids:
-            if tid in self.threads:
-                self.store.save_thread(self.serialize(self.threads[tid]))
-        for bid in bridge_ids:
-            if bid in self.bridges:
-                self.store.save_bridge(self.bridges[bid])
+        """Write changed records, then the new generation (caller holds the db lock). Records
+        and their directories are fsynced first, so that what the caller does next (removing
+        journal entries) never reaches the disk before them."""
+        self.store.save_records([self.serialize(self.threads[t]) for t in thread_ids if t in self.threads],
+                                [self.bridges[b] for b in bridge_ids if b in self.bridges])
         for bid in deleted_bridges:
             self.store.delete_bridge(bid)
         for tid in deleted_threads:
             self.store.delete_thread(tid)
         changed = list(thread_ids) + list(bridge_ids) + list(deleted_bridges) + list(deleted_threads)
-        self.generation = self.store.bump(changed, hot=self.hot_id())
+        self.generation = self.store.bump(changed, hot=self.hot_id(thread_ids))
         self._index_due = True
 
-    def hot_id(self):
+    def hot_id(self, touched=None):
+        """The thread worked on last (the first such in thread order on a tie). last_active
+        only grows, and every change to it is saved, so after a save only the threads it
+        touched can have overtaken the previous hot thread: no scan of every thread."""
+        prev = self._hot if touched is not None else None
+        if prev in self.threads:
+            seen = {t: ts_of(self.threads[t], "last_active") for t in (prev, *touched) if t in self.threads}
+            best = max(seen.values())
+            tied = {t for t, ts in seen.items() if ts == best}
+            # A thread outside the pool can only tie with `prev`, and comes after it.
+            self._hot = next(t for t in self.threads if t in tied)
+            return self._hot
         hot = max(self.threads.values(), key=lambda t: ts_of(t, "last_active"), default=None)
-        return hot["id"] if hot else None
+        self._hot = hot["id"] if hot else None
+        return self._hot
 
     def flush_index(self, force=False):
-        """db/index.json is rewritten at most every few seconds: at 20,000 threads it is
-        megabytes, and only hooks answering without the daemon read it."""
-        if getattr(self, "_index_due", False) and (force or time.monotonic() - getattr(self, "_index_at", 0.0) > 3.0):
+        """db/index.json is rewritten at most every 3 s, and never more often than ten times
+        its own cost apart (a second at 20,000 threads): it is megabytes, and only hooks
+        answering without the daemon read it."""
+        gap = max(3.0, 10 * getattr(self, "_index_cost", 0.0))
+        if getattr(self, "_index_due", False) and (force or time.monotonic() - getattr(self, "_index_at", 0.0) > gap):
             self.write_index()
 
     def digest_terms(self, thread):
@@ -1796,6 +1916,7 @@ class Memory:
 
     def write_index(self):
         """A compact digest of every thread for hooks answering without the daemon."""
+        started = time.thread_time()
         digest = {tid: {"title": t["title"], "topics": t.get("topics", []), "summary": t.get("summary", ""),
                         "status": t["status"], "weight": t.get("weight", 0.5),
                         "weight_at": t.get("weight_at"), "last_active": t.get("last_active"),
@@ -1804,6 +1925,7 @@ class Memory:
                   for tid, t in self.threads.items()}
         write_json_atomic(os.path.join(self.store.db, "index.json"), {"schema": SCHEMA, "threads": digest})
         self._index_due, self._index_at = False, time.monotonic()
+        self._index_cost = time.thread_time() - started
 
     # -- capture --
     def capture(self, text, source="prompt", file_path=None, at=None, session_id=None, origin=None):
@@ -1818,11 +1940,13 @@ class Memory:
     def flush(self):
         self.drain()
 
-    def drain(self, batch=64, once=False, vectors=None):
+    def drain(self, batch=64, once=False, vectors=None, pause=None):
         """Process every journaled capture (only the oldest `batch` when `once`) in order under
-        the db lock; a capture's journal file goes only after the records it produced are on
-        disk. `vectors` (text -> vector) holds embeddings computed beforehand, outside any
-        lock."""
+        the db lock, saving each record a batch touched once; a capture's journal file goes
+        only after the records it produced are on disk. `vectors` (text -> vector) holds
+        embeddings computed beforehand, outside any lock. `pause()` turning true ends the
+        batch after the current capture (someone waits for the memory): what was applied is
+        saved, the rest stays journaled."""
         results = {}
         with self.store.lock():
             self.ensure_loaded()
@@ -1831,26 +1955,42 @@ class Memory:
                 if not paths:
                     break
                 entries = [(p, self.store.inbox_read(p)) for p in paths]
-                live = [(p, e) for p, e in entries if e is not None and ("m" + e["id"][1:]) not in self.msgs]
+                live = {p for p, e in entries if e is not None and ("m" + e["id"][1:]) not in self.msgs}
                 known = vectors or {}
-                missing = [e["text"] for _, e in live if e["text"] not in known]
+                missing = [e["text"] for p, e in entries if p in live and e["text"] not in known]
                 fresh = dict(zip(missing, self.embedder.embed(missing))) if missing else {}
-                vecs = [known.get(e["text"]) or fresh[e["text"]] for _, e in live]
-                touched_t, touched_b, dropped_b = set(), set(), set()
-                for (path, entry), vec in zip(live, vecs):
-                    results[entry["id"]] = self._apply(entry, vec, touched_t, touched_b)
+                touched_t, touched_b, done, newest = set(), set(), [], None
+                active = self._active_ids()
+                self._decision_log = []  # written once the batch is saved: a replay logs no twins
+                paused = False
+                for path, entry in entries:
+                    done.append(path)  # unreadable and already stored entries go too
+                    if path not in live:
+                        continue
+                    vec = known.get(entry["text"]) or fresh[entry["text"]]
+                    results[entry["id"]] = self._apply(entry, vec, touched_t, touched_b, active)
+                    newest = entry["ts"] if newest is None else max(newest, entry["ts"])
+                    if pause is not None and pause():
+                        paused = True
+                        break
                 # Idleness is measured against the newest content, so imported history
                 # ages by its own clock.
-                dropped_b |= self._maintain(touched_t, max((e["ts"] for _, e in live), default=self.clock()))
+                dropped_b = self._maintain(touched_t, self.clock() if newest is None else newest)
                 self.save(touched_t, touched_b - dropped_b, dropped_b)
-                for path, _ in entries:
+                for path in done:
                     Store._unlink(path)
-                if once:
+                self.store.log.write_many(self._decision_log)
+                if once or paused:
                     break
-            self.flush_index(force=batch > 8)
+            self.flush_index(force=not once)
         return results
 
-    def _apply(self, entry, vec, touched_t, touched_b):
+    def _active_ids(self):
+        """Ids of the active threads in thread order, as a dict: _apply keeps it current, so a
+        capture needs no scan of every thread to know which ones are active."""
+        return {tid: None for tid, t in self.threads.items() if t["status"] == "active"}
+
+    def _apply(self, entry, vec, touched_t, touched_b, active):
         now = entry["ts"]
         cfg = self.cfg
         mid = "m" + entry["id"][1:]
@@ -1859,7 +1999,8 @@ class Memory:
         if entry["source"] == "prompt":
             self.add_rules(detect_rules(entry["text"]), now)
         candidates = self.candidates(vec)
-        decision = decide(ext["topics"], candidates, cfg)
+        sims = [similarity(cos, ext["topics"], t.get("topics")) for t, cos in candidates]
+        decision = decide(ext["topics"], candidates, cfg, sims)
         action = decision["action"]
         full = self.threads.get(decision["thread_id"])
         if full is not None and len(full["messages"]) >= MAX_THREAD_MESSAGES:
@@ -1868,12 +2009,17 @@ class Memory:
             decision.update(parent_id=full["id"], thread_id=None, reason="thread full")
         if action in ("CONTINUE", "REACTIVATE"):
             thread = self.threads[decision["thread_id"]]
-            thread["status"] = "active"
+            if thread["status"] != "active":
+                thread["status"] = "active"
+                # Back among the active ones at its own place in thread order.
+                active.clear()
+                active.update(self._active_ids())
             if action == "REACTIVATE":
                 thread.setdefault("reactivations", []).append(iso(now))
         else:
             parent = self.threads.get(decision.get("parent_id"))
             thread = self._new_thread(ext, "split" if parent else entry["origin"], now, parent)
+            active[thread["id"]] = None  # the newest thread is last in thread order too
             decision["thread_id"] = thread["id"]
             if parent:
                 parent.setdefault("child_ids", []).append(thread["id"])
@@ -1885,8 +2031,8 @@ class Memory:
         self._add_message(thread, msg, vec, ext, now)
         touched_t.add(thread["id"])
         # Bridges to the other threads this content resembles, typed by its wording.
-        related = [(t["id"], similarity(cos, ext["topics"], t.get("topics"))) for t, cos in candidates
-                   if t["id"] != thread["id"]]
+        # The candidates' topics are as decide() saw them: only the chosen thread changed.
+        related = [(t["id"], sim) for (t, _), sim in zip(candidates, sims) if t["id"] != thread["id"]]
         related.sort(key=lambda x: -x[1])
         new = []
         if action == "FORK":
@@ -1899,14 +2045,16 @@ class Memory:
             self._add_bridge(bridge)
             touched_b.add(bridge["id"])
         # Over the mode's active limit: suspend what matters least to this content.
-        active = [t for t in self.threads.values() if t["status"] == "active"]
         limit = MODE_LIMITS[cfg["mode"]]
-        for tid in suspension_victims(active, limit, {thread["id"]}, dict(related), now, cfg["half_life_days"]):
+        for tid in suspension_victims([self.threads[t] for t in active], limit, {thread["id"]}, dict(related),
+                                      now, cfg["half_life_days"]):
             self.threads[tid]["status"] = "suspended"
+            del active[tid]
             touched_t.add(tid)
         decision.update(message_id=mid, capture_id=entry["id"], topics=ext["topics"])
-        self.store.log.info("decision", action=action, thread=thread["id"], score=round(decision["score"], 4),
-                            top=decision["top"], borderline=decision["borderline"], llm_used=False)
+        self._decision_log.append(("info", "decision", {
+            "action": action, "thread": thread["id"], "score": round(decision["score"], 4),
+            "top": decision["top"], "borderline": decision["borderline"], "llm_used": False}))
         return decision
 
     def specific_topics(self, topics):
@@ -2426,26 +2574,31 @@ def wait_ready(store, timeout):
     return False
 
 
-class SerialEmbedder:
-    """The daemon's model, one call at a time: the worker embeds captures outside the memory
-    lock while a request thread may embed its query."""
-
-    def __init__(self, inner, lock):
-        self.inner, self.lock = inner, lock
-        self.id, self.dim = inner.id, inner.dim
-
-    def embed(self, texts):
-        with self.lock:
-            return self.inner.embed(texts)
+def embed_workers():
+    """Embedding threads of the daemon: one per torch thread group, so a backlog uses every
+    core it may (two streams of one thread beat one of two threads by a quarter)."""
+    return max(1, min(4, (os.cpu_count() or 1) // torch_threads()))
 
 
 class Daemon:
-    """The server: warm memory, a socket, a worker draining the inbox in small batches."""
+    """The server: warm memory, a socket, workers embedding the inbox ahead and one thread
+    applying it in order.
+
+    Embedding is most of a capture's cost, so workers (embed_workers()) run the model at once,
+    outside the memory lock, EMBED_CHUNK texts a call; the model is called concurrently (its
+    forward pass is stateless, and the tokenizer's settings, the one thing a call could change,
+    are the same for every call and were set by the warm-up call). The work loop applies the
+    captures whose vectors are ready, in inbox order, up to DRAIN_BATCH at once. A request that
+    needs the memory or the model counts itself in `requests`: workers start no new call and
+    the work loop ends its batch after the current capture until it is served."""
 
     def __init__(self, project):
         import threading
         self.project = project
         self.store = Store(data_dir_of(project)).ensure()
+        # numpy's BLAS would keep a helper thread spinning between the small products of a
+        # drain, on the core the embedding workers need (read when numpy is first imported).
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         # A hook waits for its capture to be journaled. Here no fsync: the file outlives any
         # process crash, the worker stores it (fsynced records) within moments, and the fsync
         # was 4 ms of a ~30 ms hook on the reference machine.
@@ -2453,7 +2606,12 @@ class Daemon:
         self.mem = None
         self.ready = False
         self.lock = threading.Lock()  # one memory operation at a time
-        self.model_lock = threading.Lock()  # one embedding at a time (the tokenizer is not thread-safe)
+        # Guards what the work loop and the embedding workers share: `todo`, the texts of the
+        # captures to embed, in inbox order; `vectors` computed for them; texts `claimed` by a
+        # worker now; texts whose embedding `failed` (drain() embeds those itself); `requests`.
+        self.embed_cv = threading.Condition()
+        self.todo, self.vectors, self.claimed, self.failed = [], {}, set(), set()
+        self.requests = 0
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.last_request = time.monotonic()
@@ -2510,13 +2668,15 @@ class Daemon:
             "model": self.mem.embedder.id if self.mem and self.mem.embedder else None})
 
     def _warm(self):
+        import threading
         t0 = time.monotonic()
         mem = Memory(self.store.dir)
-        mem.embedder = SerialEmbedder(mem.embedder, self.model_lock)
         mem.ensure_loaded()
-        mem.embedder.embed(["warm up"])
+        mem.embedder.embed(["warm up"])  # before any concurrent call: see the class docstring
         mem.centroid_scores(mem.query_vector("warm up"))
         self.mem = mem
+        for _ in range(embed_workers()):
+            threading.Thread(target=self._embed_worker, daemon=True).start()
         self.ready = True
         self._write_status()
         self.store.log.info("daemon ready", seconds=round(time.monotonic() - t0, 2), threads=len(mem.threads),
@@ -2529,40 +2689,104 @@ class Daemon:
             if time.monotonic() - self.last_request > idle_limit:
                 self.store.log.info("daemon idle; exiting")
                 break
-            self.wake.wait(timeout=2.0)
+            # Hooks wake the worker; the timeout picks up entries journaled without a wake
+            # (hooks that found the daemon deaf, a backlog from before it started) within moments.
+            self.wake.wait(timeout=0.5)
             self.wake.clear()
 
     def _drain(self):
-        """Small batches, releasing the memory lock between them so prompts never wait long."""
-        while self.store.inbox_pending() and not self.stopping.is_set():
-            vectors = self._embed_ahead(8)
+        """Apply the inbox in order as the workers embed it: each pass takes the oldest
+        captures whose vectors are ready (at most DRAIN_BATCH), under the memory lock, which
+        is released between passes and taken only when no request waits for it."""
+        texts = {}  # inbox path -> its text (None: unreadable), read once
+        while not self.stopping.is_set():
+            paths = self.store.inbox_pending()[:DRAIN_BATCH]
+            if not paths:
+                break
+            texts = {p: texts[p] if p in texts else self._text_of(p) for p in paths}
+            with self.embed_cv:
+                order = [texts[p] for p in paths if texts[p] is not None]
+                keep = set(order)
+                self.todo = order
+                self.vectors = {t: v for t, v in self.vectors.items() if t in keep}
+                self.failed &= keep
+                self.embed_cv.notify_all()
+                deadline = time.monotonic() + 60
+                while not self.stopping.is_set() and (self.requests or not self._ready(texts, paths)):
+                    if time.monotonic() > deadline:
+                        break  # no worker got to it: drain() embeds the oldest one itself
+                    self.embed_cv.wait(1.0)
+                batch = max(1, self._ready(texts, paths))
+                vectors = dict(self.vectors)
             with self.lock:
                 try:
-                    done = self.mem.drain(batch=8, once=True, vectors=vectors)
+                    done = self.mem.drain(batch=batch, once=True, vectors=vectors, pause=lambda: self.requests > 0)
                 except Exception as exc:  # a daemon that dies here would be restarted by every hook
                     done = self._drain_failed(exc)
                     if done is None:
                         break  # not this entry's fault: retry on the next wake
                 self.processed += len(done)
-                if not done and self.store.inbox_pending():
-                    break  # only unreadable or duplicate entries left; they were cleared
+            if self.store.inbox_pending()[:1] == paths[:1]:
+                break  # nothing was removed (cannot happen but for a failing disk): wait for a wake
+        with self.embed_cv:
+            self.todo, self.vectors, self.failed = [], {}, set()
         if self.mem is not None:
             with self.lock:
                 self.mem.flush_index(force=True)  # the inbox is empty: settle the digest
 
-    def _embed_ahead(self, batch):
-        """Vectors of the next batch, computed before taking the memory lock: inference is the
-        slow part of a capture. One text at a time, so a prompt's query embedding waits for one
-        text at most, never for a batch."""
-        vectors = {}
+    def _text_of(self, path):
+        entry = self.store.inbox_read(path)
+        return entry["text"] if entry else None
+
+    def _ready(self, texts, paths):
+        """How many of the oldest entries drain() can take now: leading ones whose vectors are
+        in, that failed (drain() embeds them), or are unreadable (drain() skips them)."""
+        count = 0
+        for path in paths:
+            text = texts[path]
+            if text is not None and text not in self.vectors and text not in self.failed:
+                break
+            count += 1
+        return count
+
+    def _embed_worker(self):
+        """Embeds the next unclaimed texts of `todo`, EMBED_CHUNK at a time, or fewer so that
+        a short backlog is shared by all workers; no new call while a request is served."""
+        import threading
         try:
-            for path in self.store.inbox_pending()[:batch]:
-                entry = self.store.inbox_read(path)
-                if entry and entry["text"] not in vectors and not self.stopping.is_set():
-                    vectors[entry["text"]] = self.mem.embedder.embed([entry["text"]])[0]
-        except Exception as exc:  # drain() embeds what is missing and handles the failure
-            self.store.log.error("embedding ahead failed", error=repr(exc))
-        return vectors
+            # Below the work loop and the request threads: they get a core the moment they need
+            # one, and the model takes whatever is left.
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
+        except (OSError, AttributeError):
+            pass
+        embed = self.mem.embedder.embed
+        share = embed_workers()
+        while not self.stopping.is_set():
+            with self.embed_cv:
+                free = []
+                if not self.requests:
+                    free = [t for t in dict.fromkeys(self.todo)
+                            if t not in self.vectors and t not in self.claimed and t not in self.failed]
+                if not free:
+                    self.embed_cv.wait(1.0)
+                    continue
+                chunk = free[:min(EMBED_CHUNK, max(1, len(free) // share))]
+                self.claimed.update(chunk)
+            vecs = None
+            try:
+                vecs = embed(chunk)
+            except Exception as exc:  # drain() embeds these itself and handles the failure
+                self.store.log.error("embedding ahead failed", error=repr(exc))
+            with self.embed_cv:
+                self.claimed.difference_update(chunk)
+                if vecs is None:
+                    self.failed.update(chunk)
+                else:
+                    self.vectors.update(zip(chunk, vecs))
+                self.embed_cv.notify_all()
+
+    def _serving(self):
+        return _Serving(self)
 
     def _drain_failed(self, exc):
         """A batch raised. The memory may be half-updated: reload it from disk, then retry the
@@ -2657,25 +2881,26 @@ class Daemon:
             return {"ok": True, "stdout": logic_capture(self.store, payload, None)}
         if not self.ready:
             return {"error": "warming"}
-        # The query's embedding needs only the model: computed before taking the memory lock,
-        # a prompt that comes during a drain waits for one capture's inference, not a batch.
-        query = payload.get("prompt") if name == "inject" else recall_query(payload, os.path.dirname(self.store.dir))
-        if isinstance(query, str) and query.strip():
-            self.mem.query_vector(query)
-        with self.lock:
-            out = HOOK_LOGIC[name](self.store, payload, self.mem)
+        with self._serving():
+            # The query's embedding needs only the model: computed before taking the memory
+            # lock, a prompt that comes during a drain waits for one capture's apply, not a batch.
+            query = payload.get("prompt") if name == "inject" else recall_query(payload, os.path.dirname(self.store.dir))
+            if isinstance(query, str) and query.strip():
+                self.mem.query_vector(query)
+            with self.lock:
+                out = HOOK_LOGIC[name](self.store, payload, self.mem)
         return {"ok": True, "stdout": out}
 
     def _locked(self, fn, *args, **kw):
         if not self.ready:
             return {"error": "warming"}
-        with self.lock:
+        with self._serving(), self.lock:
             return {"ok": True, "result": fn(*args, **kw)}
 
     def cmd_drain(self):
         if not self.ready:
             return {"error": "warming"}
-        with self.lock:
+        with self._serving(), self.lock:
             done = self.mem.drain()
         self.processed += len(done)
         return {"ok": True, "processed": len(done)}
@@ -2691,6 +2916,24 @@ class Daemon:
 
     def cmd_stats(self):
         return self._locked(self.mem.stats)
+
+
+class _Serving:
+    """A request that needs the memory or the model, counted in Daemon.requests while it runs."""
+
+    def __init__(self, daemon):
+        self.daemon = daemon
+
+    def __enter__(self):
+        with self.daemon.embed_cv:
+            self.daemon.requests += 1
+        return self
+
+    def __exit__(self, *exc):
+        with self.daemon.embed_cv:
+            self.daemon.requests -= 1
+            self.daemon.embed_cv.notify_all()
+        return False
 
 
 # ==== 9. Hooks ====

@@ -428,7 +428,8 @@ def test_idle_daemon_exits(proj):
     log = (proj / ".ai" / "logs" / "ai_smartness.log").read_text()
     assert '"daemon idle; exiting"' in log
     assert not (proj / ".ai" / "daemon.json").exists() and not (proj / ".ai" / "daemon.sock").exists()
-    assert not daemon_pids(proj)
+    # The files go first; the interpreter then takes a moment to tear torch down.
+    wait_for(lambda: not daemon_pids(proj), "the idle daemon's process to end")
 
 
 def test_hooks_do_not_wait_for_the_model(proj):
@@ -525,3 +526,35 @@ def test_daemon_drains_a_backlog_in_small_batches():
         assert len(mem.drain(batch=2)) == 3 and not mem.store.inbox_pending()
     finally:
         shutil.rmtree(proj, ignore_errors=True)
+
+
+def test_daemon_workers_drain_a_large_backlog_while_requests_come_in(project):
+    """The daemon's pipeline in-process: workers embed ahead, the work loop applies in
+    batches and yields to requests. 150 captures (two with the same text, one unreadable
+    entry) are each stored once while searches run against the memory."""
+    store = store_of(project).ensure()
+    texts = [f"backlog capture {i} about the tokenizer stage {i % 9} and parser cache {i % 4}" for i in range(149)]
+    texts.append(texts[0])  # the same text twice: two captures, two messages
+    for text in texts:
+        store.inbox_append(mod.prepare_capture(text, "prompt"))
+    (project / ".ai" / "inbox" / "c0000bad.json").write_text("{not json")
+    daemon = mod.Daemon(str(project))
+    daemon.socket = store.path("daemon.sock")  # never bound: only the status file names it
+    daemon._warm()
+    answers = []
+
+    def prompts():
+        while store.inbox_pending() and len(answers) < 200:
+            answers.append(daemon.cmd_search("tokenizer stage parser cache", limit=3))
+    asker = threading.Thread(target=prompts)
+    try:
+        asker.start()
+        daemon._drain()
+        asker.join(DEADLINE)
+    finally:
+        daemon.stopping.set()
+    assert daemon.processed == 150 and store.inbox_pending() == []
+    assert any(n.startswith("c0000bad.json") for n in store.quarantined())
+    assert answers and all(a.get("ok") for a in answers)
+    stored = [m["text"] for t in mod.Memory(store.dir).store.load_threads().values() for m in t["messages"]]
+    assert sorted(stored) == sorted(texts)

@@ -177,3 +177,13 @@ def test_daemon_reload_sees_changes_made_by_another_process(project):
     writer.capture("A new topic: Terraform state locking in S3 with DynamoDB")
     hits = reader.search("terraform state locking", 1)
     assert "Terraform" in hits[0]["text"]
+
+
+def test_hot_thread_after_each_save_is_the_one_a_full_scan_finds(project):
+    """save() compares only the threads it touched with the previous hot thread; ties (same
+    second) go to the first in thread order, as a scan of every thread gives."""
+    mem = ais.open_memory(str(project))
+    for i, (_, text) in enumerate(topics_data.interleaved()):
+        mem.capture(text, at="2024-03-01T10:00:00" if i < 10 else "2024-03-01T11:00:00")
+        full = max(mem.threads.values(), key=lambda t: ais.ts_of(t, "last_active"))
+        assert mem.store.state()["hot_thread"] == full["id"]

@@ -43,3 +43,26 @@ def test_three_topics_with_minilm_and_health_names_the_model(project, model, mon
     health = cli_json("health", project=project)
     assert health["embedding_model"] == ais.MINILM_ID == "sentence-transformers/all-MiniLM-L6-v2"
     assert health["embedding_coverage"] == 1.0 and health["mixed_models"] == []
+
+
+def test_concurrent_calls_give_the_vectors_of_one_call(model):
+    """The daemon's workers and its request threads call the model at once."""
+    import threading
+    texts = [f"refresh token rotation step {i} " + "word " * (i * 7) for i in range(12)]
+    model.embed(["warm up"])
+    serial = model.embed(texts)
+    out, errors = {}, []
+
+    def work(k):
+        try:
+            for i in range(k, len(texts), 3):
+                out[i] = model.embed([texts[i]])[0]
+        except Exception as exc:
+            errors.append(exc)
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors
+    assert all(max(abs(a - b) for a, b in zip(out[i], serial[i])) < 1e-4 for i in range(len(texts)))

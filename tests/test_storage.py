@@ -1,4 +1,5 @@
 """Storage: atomic writes, private permissions, concurrent writers, crashes, quarantine."""
+import collections
 import json
 import os
 import signal
@@ -7,7 +8,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import ai_smartness as ais
+import topics_data
 from conftest import ROOT, cli, cli_json
 
 WRITER = """
@@ -27,6 +31,18 @@ def test_atomic_write_is_private_and_leaves_no_temp(tmp_path):
     assert json.loads(path.read_text()) == {"a": 1}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert os.listdir(folder) == ["rec.json"]
+
+
+def test_writing_many_records_is_all_or_nothing_per_group_and_leaves_no_temp(tmp_path):
+    folder = tmp_path / "records"
+    folder.mkdir()
+    ais.write_json_many([(str(folder / f"r{i}.json"), {"i": i}) for i in range(5)], group=2)
+    assert sorted(os.listdir(folder)) == [f"r{i}.json" for i in range(5)]
+    assert json.loads((folder / "r3.json").read_text()) == {"i": 3}
+    assert stat.S_IMODE((folder / "r3.json").stat().st_mode) == 0o600
+    with pytest.raises(FileNotFoundError):  # the second record cannot be created
+        ais.write_json_many([(str(folder / "new.json"), {}), (str(tmp_path / "missing" / "x.json"), {})])
+    assert sorted(os.listdir(folder)) == [f"r{i}.json" for i in range(5)]  # no temp file, nothing renamed
 
 
 def test_data_dir_is_private(project):
@@ -107,3 +123,59 @@ def test_corrupt_inbox_entry_is_quarantined_not_lost(project):
     assert store.inbox_pending() == []
     assert any(n.startswith("c0000bad.json") for n in store.quarantined())
     assert len(mem.msgs) == 1
+
+
+def journal_topics(store, rounds):
+    """`rounds` x 20 captures on three interleaved topics, each text distinct."""
+    texts = [f"{text} (round {r})" for r in range(rounds) for _, text in topics_data.interleaved()]
+    for text in texts:
+        store.inbox_append(ais.prepare_capture(text, "prompt"))
+    return texts
+
+
+def test_a_backlog_drained_in_one_batch_writes_each_record_once(project, monkeypatch):
+    store = ais.Store(str(project / ".ai")).ensure()
+    texts = journal_topics(store, 3)
+    mem = ais.open_memory(str(project))
+    writes = collections.Counter()
+    write_many = ais.write_json_many
+    monkeypatch.setattr(ais, "write_json_many", lambda items: write_many(writes.update(p for p, _ in items) or items))
+    done = mem.drain(batch=64, once=True)
+    assert len(done) == 60 and store.inbox_pending() == []
+    assert set(writes.values()) == {1}  # every record the batch touched, written once
+    assert sum(1 for p in writes if "threads" in p) == len(mem.threads)
+    assert store.state()["generation"] == 1
+    stored = [m["text"] for t in ais.open_memory(str(project)).store.load_threads().values() for m in t["messages"]]
+    assert sorted(stored) == sorted(texts)
+
+
+def test_a_crash_halfway_through_saving_a_batch_is_replayed_without_loss_or_duplicate(project):
+    store = ais.Store(str(project / ".ai")).ensure()
+    texts = journal_topics(store, 2)
+    script = (f"import sys, os; sys.path.insert(0, {str(ROOT)!r}); import ai_smartness as ais\n"
+              "orig = ais.write_json_many\n"
+              "def write_many(items):\n"
+              "    orig(items[:2])\n"  # two thread files of the batch are on disk, then a crash
+              "    os._exit(9)\n"
+              "ais.write_json_many = write_many\n"
+              f"ais.open_memory({str(project)!r}).drain(batch=64, once=True)\n")
+    assert subprocess.run([sys.executable, "-c", script]).returncode == 9
+    assert len(store.inbox_pending()) == 40  # nothing is unjournaled before the whole batch is saved
+    mem = ais.open_memory(str(project))
+    mem.drain()
+    stored = [m["text"] for t in mem.threads.values() for m in t["messages"]]
+    assert sorted(stored) == sorted(texts)
+    assert store.inbox_pending() == []
+
+
+def test_a_paused_drain_saves_what_it_applied_and_keeps_the_rest_journaled(project):
+    store = ais.Store(str(project / ".ai")).ensure()
+    texts = journal_topics(store, 1)
+    mem = ais.open_memory(str(project))
+    first = mem.drain(batch=64, once=True, pause=lambda: True)
+    assert len(first) == 1 and len(store.inbox_pending()) == 19
+    assert [m["text"] for t in ais.open_memory(str(project)).store.load_threads().values()
+            for m in t["messages"]] == [texts[0]]
+    rest = mem.drain()
+    assert len(rest) == 19 and not set(rest) & set(first)
+    assert sorted(m["text"] for t in mem.threads.values() for m in t["messages"]) == sorted(texts)
