@@ -43,6 +43,8 @@ import re
 import socket
 import sys
 import time
+from array import array  # array and collections: loaded by socket and re anyway
+from collections import Counter, deque
 
 # ==== 1. Constants ====
 
@@ -523,12 +525,12 @@ class Store:
         return FileLock(os.path.join(self.db, ".lock"), timeout)
 
     # -- records --
-    def _load_dir(self, folder, check):
-        out = {}
+    def _iter_dir(self, folder, check):
+        """The valid records of a folder, read one at a time."""
         try:
             names = os.listdir(folder)
         except FileNotFoundError:
-            return out
+            return
         for name in names:
             if not name.endswith(".json"):
                 continue
@@ -543,14 +545,19 @@ class Store:
             if rec.get("schema", SCHEMA) > SCHEMA:
                 self.log.error("record from a newer version skipped", file=name)
                 continue
-            out[rec["id"]] = rec
-        return out
+            yield rec
+
+    def iter_threads(self):
+        return self._iter_dir(self.threads_dir, check_thread)
 
     def load_threads(self):
-        return self._load_dir(self.threads_dir, check_thread)
+        return {rec["id"]: rec for rec in self.iter_threads()}
+
+    def iter_bridges(self):
+        return self._iter_dir(self.bridges_dir, check_bridge)
 
     def load_bridges(self):
-        return self._load_dir(self.bridges_dir, check_bridge)
+        return {rec["id"]: rec for rec in self.iter_bridges()}
 
     def save_thread(self, thread):
         write_json_atomic(os.path.join(self.threads_dir, thread["id"] + ".json"), thread)
@@ -757,7 +764,9 @@ fichier code chose faire voir besoin archivo cosa hacer ver necesito
 """.split())
 _WORD_RE = LazyRe(r"[^\W_][\w'’-]*[^\W_]|[^\W_]", re.U)
 _PART_RE = LazyRe(r"[^\W_]+", re.U)
-_IDENT_RE = LazyRe(r"[^\W_]+(?:[_.][^\W_]+)+", re.U)
+# Word parts joined by _ or . (one scan finds words and identifiers alike, without the
+# backtracking of a pattern that needs a separator).
+_CHAIN_RE = LazyRe(r"[^\W_]+(?:[_.][^\W_]+)*", re.U)
 
 
 def strip_markup(text):
@@ -825,7 +834,27 @@ def words(text):
             if len(w) > 1 and w not in STOPWORDS]
 
 
-_STEMS = {}  # word -> stem: loading 20,000 threads stems millions of words from a small vocabulary
+_STEMS = {}  # word -> stem, for the few words of topics and titles
+
+
+def _stem(word):
+    out = word
+    if len(word) > 3 and not word.isdigit():
+        if out.endswith("ies") and len(out) > 4:
+            out = out[:-3] + "y"
+        elif out.endswith("sses"):
+            out = out[:-2]
+        elif out.endswith("s") and not out.endswith(("ss", "us", "is")):
+            out = out[:-1]
+        if out.endswith("ing") and len(out) >= 6:
+            out = out[:-3]
+        elif out.endswith("ed") and len(out) >= 5:
+            out = out[:-2]
+        if len(out) > 3 and out[-1] == out[-2] and out[-1] not in "lsz":
+            out = out[:-1]
+        if out.endswith("e") and len(out) > 4:
+            out = out[:-1]
+    return out
 
 
 def stem(word):
@@ -833,33 +862,60 @@ def stem(word):
     'migrations', 'migrating' and 'migrated' to meet, cheap, and language-agnostic enough."""
     out = _STEMS.get(word)
     if out is None:
-        out = word
-        if len(word) > 3 and not word.isdigit():
-            if out.endswith("ies") and len(out) > 4:
-                out = out[:-3] + "y"
-            elif out.endswith("sses"):
-                out = out[:-2]
-            elif out.endswith("s") and not out.endswith(("ss", "us", "is")):
-                out = out[:-1]
-            if out.endswith("ing") and len(out) >= 6:
-                out = out[:-3]
-            elif out.endswith("ed") and len(out) >= 5:
-                out = out[:-2]
-            if len(out) > 3 and out[-1] == out[-2] and out[-1] not in "lsz":
-                out = out[:-1]
-            if out.endswith("e") and len(out) > 4:
-                out = out[:-1]
-        if len(_STEMS) < 200000:  # identifiers and numbers make the vocabulary unbounded
+        out = _stem(word)
+        if len(_STEMS) < 20000:
             _STEMS[word] = out
     return out
+
+
+# word -> its index term, "" when it is not indexed. Loading 20,000 threads tokenizes millions
+# of words from a small vocabulary; identifiers and numbers make it unbounded, hence the cap.
+_TERMS = {}
+_TERMS_MAX = 100000
+
+
+def _term(word):
+    out = _TERMS.get(word)
+    if out is None:
+        out = "" if word in STOPWORDS or (len(word) < 2 and not word.isdigit()) else _stem(word)
+        if len(_TERMS) < _TERMS_MAX:
+            _TERMS[word] = out
+    return out
+
+
+# ASCII text, the usual case, is split by str.translate: three times faster than a regex.
+_ASCII_PARTS = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalnum()})
+_ASCII_CHAINS = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalnum() and chr(c) not in "_."})
+
+
+def _joins_words(text):
+    """Whether an _ or a . stands between two letters or digits, as in an identifier."""
+    for sep in "._":
+        at = text.find(sep, 1)
+        while 0 < at < len(text) - 1:
+            if text[at - 1].isalnum() and text[at + 1].isalnum():
+                return True
+            at = text.find(sep, at + 1)
+    return False
 
 
 def terms(text):
     """Index terms: stemmed word parts (apostrophes, underscores and dots split words), plus
     whole identifiers such as tenant_id or auth.py so exact names still match."""
     text = (text or "").lower()
-    out = [stem(w) for w in _PART_RE.findall(text) if w not in STOPWORDS and (len(w) > 1 or w.isdigit())]
-    out += _IDENT_RE.findall(text)
+    if text.isascii():
+        parts = text.translate(_ASCII_PARTS).split()
+        idents = [w for chain in text.translate(_ASCII_CHAINS).split() if "_" in chain or "." in chain
+                  for w in _CHAIN_RE.findall(chain) if "_" in w or "." in w] if _joins_words(text) else []
+    else:
+        chains = _CHAIN_RE.findall(text)
+        idents = [w for w in chains if "_" in w or "." in w]
+        parts = _PART_RE.findall(text) if idents else chains
+    got = list(map(_TERMS.get, parts))  # all cached: no Python call per word
+    if None in got:
+        got = [_term(w) for w in parts]
+    out = list(filter(None, got))
+    out += idents
     return out
 
 
@@ -1393,100 +1449,490 @@ def merge_rules(rules, new_texts, now):
     return added
 
 
-class LexicalIndex:
-    """Okapi BM25 (k1 1.2, b 0.75) over documents, updated one document at a time."""
+def numpy_or_none():
+    """numpy when it is installed, else None: every bulk path has a stdlib twin."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
 
-    def __init__(self, k1=1.2, b=0.75):
+
+class Rows:
+    """Integer handles for keys. Tables that share one Rows (a message's lexical document and
+    its vector) keep a record at the same row, so their scores add up as arrays. A freed row
+    goes to the next new key: tables never grow past the most keys held at once and never
+    need compacting."""
+
+    def __init__(self):
+        self.of = {}  # key -> row
+        self.keys = []  # row -> key, None while free
+        self._free = []
+
+    def __len__(self):
+        return len(self.of)
+
+    def add(self, key):
+        row = self.of.get(key)
+        if row is None:
+            if self._free:
+                row = self._free.pop()
+                self.keys[row] = key
+            else:
+                row = len(self.keys)
+                self.keys.append(key)
+            self.of[key] = row
+        return row
+
+    def discard(self, key):
+        row = self.of.pop(key, None)
+        if row is not None:
+            self.keys[row] = None
+            self._free.append(row)
+        return row
+
+
+def top_rows(scores, limit, order, np=None):
+    """The rows of the `limit` best scores, in no particular order; of equal scores at the cut,
+    those first in `order(row)` order. `scores` is a {row: score} dict, or with `np` a
+    (rows, values) pair of numpy arrays, and then so is the answer."""
+    if np is None:
+        return [row for row, _ in best_rows(scores, limit, order)]
+    rows, values = scores
+    if len(values) <= limit:
+        return rows
+    if limit <= 0:
+        return rows[:0]
+    cut = np.partition(values, len(values) - limit)[len(values) - limit]
+    above = values > cut
+    tied = rows[values == cut]
+    need = limit - int(above.sum())
+    if len(tied) > need:
+        tied = np.array(sorted(tied.tolist(), key=order)[:need], dtype=rows.dtype)
+    return np.concatenate([rows[above], tied])
+
+
+def best_rows(scores, limit, order, np=None):
+    """The `limit` best (row, score) pairs, best first, equal scores in `order(row)` order.
+    `scores` as for top_rows()."""
+    if np is None:
+        import heapq
+        return heapq.nsmallest(limit, scores.items(), key=lambda kv: (-kv[1], order(kv[0])))
+    rows, values = scores
+    if len(values) > limit > 0:
+        keep = values >= np.partition(values, len(values) - limit)[len(values) - limit]
+        rows, values = rows[keep], values[keep]  # the best and everything tied with the last
+    pairs = sorted(zip(rows.tolist(), values.tolist()), key=lambda kv: (-kv[1], order(kv[0])))
+    return pairs[:limit]
+
+
+class LexicalIndex:
+    """Okapi BM25 (k1 1.2, b 0.75) over documents, updated one document at a time. A term's
+    postings are one array('I') of `row << 8 | term frequency` (see Rows; a frequency of 255
+    or more is kept apart, in `big`): 4 bytes a posting where a dict of dicts takes about 100,
+    and numpy reads them without a copy. A document is removed with its tokens given again,
+    rather than every document's terms being kept for that."""
+
+    def __init__(self, k1=1.2, b=0.75, rows=None):
+        from collections import defaultdict
+        from functools import partial
         self.k1, self.b = k1, b
-        self.postings = {}  # term -> {doc: term frequency}
-        self.doc_terms = {}  # doc -> its distinct terms, to remove it again
-        self.lengths = {}
-        self.total = 0
+        self.rows = Rows() if rows is None else rows
+        self._own_rows = rows is None
+        self.postings = defaultdict(partial(array, "I"))  # term -> row << 8 | min(frequency, 255)
+        self.big = {}  # (term, row) -> frequency, when 255 or more
+        self.lengths = array("i")  # row -> document length, -1 without a document
+        self.docs = self.total = 0
+        self._pending = None  # bulk(): (terms, postings) not yet in self.postings
+
+    def df(self, term):
+        return len(self.postings.get(term, ()))
 
     def add(self, doc, toks):
-        if doc in self.lengths:
-            self.remove(doc)
-        tf = {}
-        for tok in toks:
-            tf[tok] = tf.get(tok, 0) + 1
-        for tok, count in tf.items():
-            self.postings.setdefault(tok, {})[doc] = count
-        self.doc_terms[doc] = tuple(tf)
-        self.lengths[doc] = len(toks)
+        row = self.rows.add(doc)
+        self.drop_row(row)
+        self.add_row(row, toks)
+
+    def remove(self, doc, toks=None):
+        row = self.rows.of.get(doc)
+        if row is not None:
+            self.drop_row(row, toks)
+            if self._own_rows:
+                self.rows.discard(doc)
+
+    def add_row(self, row, toks):
+        counts = Counter(toks)
+        freqs = counts.values()
+        if len(toks) >= 255 and max(freqs) >= 255:
+            for tok, n in counts.items():
+                if n >= 255:
+                    self.big[tok, row] = n
+            freqs = [min(n, 255) for n in freqs]
+        entries = map((row << 8).__or__, freqs)
+        if self._pending is not None:
+            self._pending[0].extend(counts)
+            self._pending[1].extend(entries)
+            if len(self._pending[1]) >= 1 << 19:
+                self.flush()
+                self._pending = ([], array("I"))
+        else:  # one C-level loop over the postings of the document
+            deque(map(array.append, map(self.postings.__getitem__, counts), entries), maxlen=0)
+        if row >= len(self.lengths):
+            self.lengths.extend(array("i", [-1]) * (row + 1 - len(self.lengths)))
+        self.lengths[row] = len(toks)
+        self.docs += 1
         self.total += len(toks)
 
-    def remove(self, doc):
-        for tok in self.doc_terms.pop(doc, ()):
-            post = self.postings.get(tok)
-            if post is not None:
-                post.pop(doc, None)
-                if not post:
-                    del self.postings[tok]
-        self.total -= self.lengths.pop(doc, 0)
+    def bulk(self):
+        """Postings added from now until flush() wait in flat arrays, then go to their terms
+        a term at a time: loading adds five million of them, one by one that costs more."""
+        self.flush()
+        self._pending = ([], array("I"))
 
-    def scores(self, query_terms):
+    def flush(self):
+        from collections import defaultdict
+        from itertools import count
+        pending, self._pending = self._pending, None
+        if not pending or not pending[0]:
+            return
+        terms_, entries = pending
+        np = numpy_or_none()
+        if np is None:
+            deque(map(array.append, map(self.postings.__getitem__, terms_), entries), maxlen=0)
+            return
+        codes = defaultdict(count().__next__)  # term -> a number, in order of appearance
+        numbers = np.array(array("i", map(codes.__getitem__, terms_)))
+        order = np.argsort(numbers, kind="stable")
+        numbers = numbers[order]
+        grouped = np.frombuffer(entries, np.uintc)[order]
+        starts = np.flatnonzero(np.diff(numbers)) + 1
+        names = list(codes)
+        for number, part in zip(numbers[np.r_[0, starts]].tolist(), np.split(grouped, starts)):
+            self.postings[names[number]].frombytes(part.tobytes())
+
+    def drop_row(self, row, toks=None):
+        """Remove the document at `row`, if any. With the tokens it was indexed with, only
+        their postings are touched; without them, or when they are not those (a count or an
+        entry does not match), every posting is searched."""
+        length = self.lengths[row] if row < len(self.lengths) else -1
+        if length < 0:
+            return
+        self.flush()
+        exact = toks is not None and len(toks) == length
+        for tok, n in Counter(toks).items() if exact else ():
+            post = self.postings.get(tok)
+            try:
+                post.remove(row << 8 | min(n, 255))
+            except (AttributeError, ValueError):
+                exact = False
+                break
+            if n >= 255 and self.big.pop((tok, row), None) != n:
+                exact = False
+                break
+            if not post:
+                del self.postings[tok]
+        if not exact:
+            for tok, post in list(self.postings.items()):
+                kept = array("I", [e for e in post if e >> 8 != row])
+                if len(kept) < len(post):
+                    if kept:
+                        self.postings[tok] = kept
+                    else:
+                        del self.postings[tok]
+            for key in [k for k in self.big if k[1] == row]:
+                del self.big[key]
+        self.lengths[row] = -1
+        self.docs -= 1
+        self.total -= length
+
+    def row_scores(self, query_terms):
+        """{row: BM25 score} of the documents holding a query term."""
         import math
-        n = len(self.lengths)
+        n = self.docs
         if not n:
             return {}
         avg = self.total / n or 1.0
+        k1, b, lengths, big = self.k1, self.b, self.lengths, self.big
         out = {}
+        for tok in set(query_terms):
+            post = self.postings.get(tok)
+            if not post:
+                continue
+            idf = math.log(1 + (n - len(post) + 0.5) / (len(post) + 0.5))
+            for entry in post:
+                row, tf = entry >> 8, entry & 255
+                if tf == 255:
+                    tf = big[tok, row]
+                norm = tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[row] / avg))
+                out[row] = out.get(row, 0.0) + idf * norm
+        return out
+
+    def scores(self, query_terms):
+        keys = self.rows.keys
+        return {keys[row]: score for row, score in self.row_scores(query_terms).items()}
+
+    def score_vector(self, np, query_terms, size):
+        """row_scores() as a float64 vector of `size` rows, 0 where no query term occurs: the
+        same operations in the same order, so the same numbers."""
+        import math
+        out = np.zeros(size)
+        n = self.docs
+        if not n:
+            return out
+        avg = self.total / n or 1.0
         k1, b = self.k1, self.b
         for tok in set(query_terms):
             post = self.postings.get(tok)
             if not post:
                 continue
             idf = math.log(1 + (n - len(post) + 0.5) / (len(post) + 0.5))
-            for doc, tf in post.items():
-                norm = tf * (k1 + 1) / (tf + k1 * (1 - b + b * self.lengths[doc] / avg))
-                out[doc] = out.get(doc, 0.0) + idf * norm
+            # Buffer views are never bound to a name: an array exporting its buffer cannot grow.
+            rows = np.frombuffer(post, np.uintc) >> 8
+            tf = (np.frombuffer(post, np.uintc) & 255).astype(np.float64)
+            for i in np.flatnonzero(tf == 255).tolist() if self.big else ():
+                tf[i] = self.big[tok, int(rows[i])]
+            length = np.frombuffer(self.lengths, np.intc)[rows]
+            out[rows] += idf * (tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avg)))
         return out
 
 
-class VectorTable(dict):
-    """Vectors by id, with one numpy matrix for bulk cosine. Rows set or removed since the
-    matrix was built are scored apart; the matrix is rebuilt when they pile up."""
+class VectorTable:
+    """Vectors by key, for bulk cosine. With numpy they sit in blocks of BLOCK rows, so that
+    the table grows without copying (only the first block grows, up to BLOCK rows) and one
+    product per block scores them all; without numpy, in a list of array('f'). Rows come
+    from `rows`, which other tables may share.
 
-    def __init__(self):
-        super().__init__()
-        self._matrix, self._dirty = None, set()
+    Past `quantize_above` vectors (or on quantize()) the blocks turn from float32 to int16
+    scaled by each row's largest component: half the memory, and a cosine moves by 1e-5 at
+    most (unit vectors, 384 dimensions), a tenth of what float16 would cost. float16 would
+    also be slow here: numpy converts it to float32 without SIMD."""
+
+    BLOCK = 4096
+    STEPS = 32767  # int16 steps between 0 and a row's largest component
+
+    def __init__(self, rows=None, quantize_above=None):
+        self.rows = Rows() if rows is None else rows
+        self._own_rows = rows is None
+        self.np = numpy_or_none()
+        self.dim = None
+        self.quantize_above = quantize_above
+        self._blocks = []  # numpy: arrays of at most BLOCK rows
+        self._scales = None  # once quantized: each block's row scales (float32)
+        self._vecs = []  # stdlib: row -> array('f') or None
+        self._has = bytearray()  # row -> 1 when it holds a vector
+        self.count = 0
+
+    def __len__(self):
+        return self.count
+
+    def _row(self, key):
+        row = self.rows.of.get(key)
+        return row if row is not None and row < len(self._has) and self._has[row] else None
+
+    def __contains__(self, key):
+        return self._row(key) is not None
+
+    def __iter__(self):
+        keys, has = self.rows.keys, self._has
+        return (keys[row] for row in range(len(has)) if has[row])
+
+    def __getitem__(self, key):
+        vec = self.get(key)
+        if vec is None:
+            raise KeyError(key)
+        return vec
+
+    def get(self, key, default=None):
+        row = self._row(key)
+        if row is None:
+            return default
+        if self.np is None:
+            return self._vecs[row]
+        block, pos = divmod(row, self.BLOCK)
+        values = self._blocks[block][pos].astype(self.np.float32)
+        if self._scales is not None:
+            values *= self._scales[block][pos]
+        return array("f", values.tobytes())
 
     def __setitem__(self, key, vec):
-        super().__setitem__(key, vec)
-        self._dirty.add(key)
+        self.put_many((key,), (vec,))
+
+    def put_many(self, keys, vecs):
+        """Set the vectors (array('f'), or their bytes) of several keys: loading sets 90,000,
+        and numpy's cost per call outweighs the copying, so a thread's go in at once."""
+        vecs = [v if isinstance(v, (bytes, array)) else array("f", v) for v in vecs]
+        if self.np is None:
+            for key, vec in zip(keys, vecs):
+                row = self._claim(key)
+                if row >= len(self._vecs):
+                    self._vecs.extend([None] * (row + 1 - len(self._vecs)))
+                self._vecs[row] = vec if isinstance(vec, array) else array("f", vec)
+            return
+        if not vecs:
+            return
+        np = self.np
+        sizes = {memoryview(v).nbytes for v in vecs}
+        if self.dim is None:
+            self.dim = max(sizes) // 4
+        if sizes != {self.dim * 4}:
+            raise ValueError(f"vectors of other than {self.dim} dimensions")
+        matrix = np.frombuffer(b"".join(vecs), np.float32).reshape(len(vecs), self.dim)
+        rows = [self._claim(key) for key in keys]  # first: claiming may quantize the table
+        scales = None
+        if self._scales is not None:
+            matrix, scales = self._quantized(matrix)
+        block, first = divmod(rows[0], self.BLOCK)
+        if rows == list(range(rows[0], rows[0] + len(rows))) and first + len(rows) <= self.BLOCK:
+            groups = [(block, slice(first, first + len(rows)), slice(None))]  # a loaded thread's rows
+        else:
+            groups = [(row // self.BLOCK, row % self.BLOCK, i) for i, row in enumerate(rows)]
+        for block, pos, i in groups:
+            self._reserve(block, rows[-1] % self.BLOCK if isinstance(pos, slice) else pos)
+            self._blocks[block][pos] = matrix[i]
+            if scales is not None:
+                self._scales[block][pos] = scales[i]
+
+    def _claim(self, key):
+        row = self.rows.add(key)
+        if row >= len(self._has):
+            self._has.extend(bytes(row + 1 - len(self._has)))
+        if not self._has[row]:
+            self._has[row] = 1
+            self.count += 1
+            if self.quantize_above is not None and self.count > self.quantize_above:
+                self.quantize()
+        return row
+
+    def _quantized(self, matrix):
+        np = self.np
+        top = np.abs(matrix).max(axis=1)
+        return np.rint(matrix * (self.STEPS / np.where(top > 0, top, 1))[:, None]).astype(np.int16), top / self.STEPS
+
+    @property
+    def quantized(self):
+        return self._scales is not None
+
+    def quantize(self):
+        """Hold the vectors as int16 from now on (numpy only; once is for good)."""
+        if self.np is None or self._scales is not None:
+            return
+        scales = []
+        for i, block in enumerate(self._blocks):  # one at a time: no peak of two copies
+            self._blocks[i], scale = self._quantized(block)
+            scales.append(scale)
+        self._scales = scales
+
+    def _reserve(self, block, pos):
+        """Make room for position `pos` of a block."""
+        np = self.np
+        blocks, scales = self._blocks, self._scales
+        dtype = np.float32 if scales is None else np.int16
+        while len(blocks) <= block:
+            blocks.append(np.zeros((self.BLOCK if blocks else 64, self.dim), dtype))
+            if scales is not None:
+                scales.append(np.zeros(len(blocks[-1]), np.float32))
+        if pos >= len(blocks[block]):
+            size = min(self.BLOCK, max(pos + 1, 2 * len(blocks[block])))
+            grown = np.zeros((size, self.dim), dtype)
+            grown[:len(blocks[block])] = blocks[block]
+            blocks[block] = grown
+            if scales is not None:
+                scales[block] = np.concatenate([scales[block], np.zeros(size - len(scales[block]), np.float32)])
 
     def pop(self, key, default=None):
-        self._dirty.add(key)
-        return super().pop(key, default)
+        row = self._row(key)
+        vec = default
+        if row is not None:
+            vec = self.get(key)
+            self._has[row] = 0
+            self.count -= 1
+            if self.np is None:
+                self._vecs[row] = None
+            else:
+                self._blocks[row // self.BLOCK][row % self.BLOCK] = 0
+        if self._own_rows:
+            self.rows.discard(key)
+        return vec
+
+    def _dots(self, matrix, q):
+        # einsum, not @: numpy's own loop on one core. OpenBLAS's threaded product waits for
+        # cores that torch's threads still spin on after an embedding (30 ms instead of 2).
+        return self.np.einsum("ij,j->i", matrix, q, dtype=self.np.float32)
+
+    def cosines(self, qvec):
+        """numpy only: (cosine of `qvec` with every row, 0 where there is no vector; which rows
+        hold a vector)."""
+        np = self.np
+        q = np.asarray(qvec, dtype=np.float32)
+        size = len(self.rows.keys)
+        out = np.zeros(size, np.float32)
+        for i, block in enumerate(self._blocks):
+            start = i * self.BLOCK
+            n = min(len(block), size - start)
+            if n > 0:
+                out[start:start + n] = self._dots(block[:n], q)
+                if self._scales is not None:
+                    out[start:start + n] *= self._scales[i][:n]
+        present = np.zeros(size, np.bool_)
+        present[:len(self._has)] = np.frombuffer(self._has, np.uint8) > 0
+        return out, present
+
+    def cosines_at(self, rows, qvec):
+        """numpy only: cosines() for the rows of the int array `rows`."""
+        np = self.np
+        q = np.asarray(qvec, dtype=np.float32)
+        out = np.zeros(len(rows), np.float32)
+        present = np.zeros(len(rows), np.bool_)
+        inside = rows < len(self._has)
+        present[inside] = np.frombuffer(self._has, np.uint8)[rows[inside]] > 0
+        sel = np.flatnonzero(present)
+        if len(sel):
+            sel = sel[np.argsort(rows[sel], kind="stable")]  # grouped by block
+            block_of = rows[sel] // self.BLOCK
+            starts = np.flatnonzero(np.diff(block_of)) + 1
+            groups = list(zip(block_of[np.r_[0, starts]].tolist(), (rows[part] % self.BLOCK for part in np.split(sel, starts))))
+            out[sel] = self._dots(np.concatenate([self._blocks[b][pos] for b, pos in groups]), q)
+            if self._scales is not None:
+                out[sel] *= np.concatenate([self._scales[b][pos] for b, pos in groups])
+        return out, present
+
+    def row_scores(self, qvec, rows=None):
+        """{row: cosine of `qvec`} for every row holding a vector, or for those of `rows`."""
+        if qvec is None or not self.count:
+            return {}
+        has = self._has
+        if self.np is None:
+            wanted = range(len(has)) if rows is None else rows
+            return {row: dot(self._vecs[row], qvec) for row in wanted if row < len(has) and has[row]}
+        np = self.np
+        if rows is None:
+            cos, present = self.cosines(qvec)
+            rows = np.flatnonzero(present)
+            cos = cos[rows]
+        else:
+            rows = np.asarray(list(rows), dtype=np.int64)
+            cos, present = self.cosines_at(rows, qvec)
+            rows, cos = rows[present], cos[present]
+        return dict(zip(rows.tolist(), cos.tolist()))
 
     def scores(self, qvec, ids=None):
-        """Cosine of `qvec` with every row, or with the rows in `ids`."""
-        if qvec is None or not self:
-            return {}
-        try:
-            import numpy as np
-        except ImportError:
-            keys = self if ids is None else (i for i in ids if i in self)
-            return {k: dot(self[k], qvec) for k in keys}
-        q = np.frombuffer(qvec.tobytes(), dtype=np.float32)
-        if ids is not None:
-            keys = [i for i in ids if i in self]
-            if not keys:
-                return {}
-            mat = np.frombuffer(b"".join(self[k].tobytes() for k in keys), dtype=np.float32)
-            return dict(zip(keys, (mat.reshape(len(keys), -1) @ q).tolist()))
-        if self._matrix is None or len(self._dirty) > 256:
-            keys = list(self)
-            mat = np.frombuffer(b"".join(self[k].tobytes() for k in keys), dtype=np.float32)
-            self._matrix, self._dirty = (keys, mat.reshape(len(keys), -1)), set()
-        keys, mat = self._matrix
-        out = dict(zip(keys, (mat @ q).tolist()))
-        for key in self._dirty:
-            if key in self:
-                out[key] = dot(self[key], qvec)
-            else:
-                out.pop(key, None)
-        return out
+        """{key: cosine of `qvec`} for every vector, or for those of the keys in `ids`."""
+        of, keys = self.rows.of, self.rows.keys
+        rows = None if ids is None else [of[k] for k in ids if k in of]
+        return {keys[row]: cos for row, cos in self.row_scores(qvec, rows).items()}
+
+    def top(self, qvec, limit):
+        """The `limit` keys closest to `qvec` with their cosine, best first (ties by key)."""
+        if qvec is None or not self.count:
+            return []
+        keys = self.rows.keys
+        if self.np is None:
+            pairs = best_rows(self.row_scores(qvec), limit, keys.__getitem__)
+        else:
+            cos, present = self.cosines(qvec)
+            rows = self.np.flatnonzero(present)
+            pairs = best_rows((rows, cos[rows]), limit, keys.__getitem__, self.np)
+        return [(keys[row], score) for row, score in pairs]
 
 
 MONTHS = ("january february march april may june july august september october november december "
@@ -1531,6 +1977,16 @@ def base_scores(lexical, dense, weights):
             for m in set(lexical) | set(dense)}
 
 
+def base_vector(np, lexical, dense, present, weights):
+    """base_scores() over numpy vectors indexed by row (`present`: the rows of `dense` that
+    hold a cosine): (the scores, the rows that have one)."""
+    matched = lexical > 0  # a BM25 score is never 0 where a term occurs
+    top = (lexical.max() if matched.any() else 0.0) or 1.0
+    if not present.any():
+        return lexical / top, matched
+    return weights["lexical"] * lexical / top + weights["dense"] * dense.astype(np.float64), matched | present
+
+
 def fuse_scores(base, neighbours, session_of, extras, weights, targets=None):
     """Final message scores: a message gains from its best neighbour in the conversation and
     from the best message of its session (evidence often spans adjacent turns), then from
@@ -1538,16 +1994,33 @@ def fuse_scores(base, neighbours, session_of, extras, weights, targets=None):
     (default: every message) get a final score."""
     session_best = {}
     for mid, score in base.items():
-        key = session_of.get(mid)
+        key = session_of(mid)
         if score > session_best.get(key, float("-inf")):
             session_best[key] = score
     out = {}
     for mid in base if targets is None else targets:
         score = base[mid]
         near = max((base.get(n, 0.0) for n in neighbours(mid)), default=0.0)
-        out[mid] = (score + weights["neighbour"] * near + weights["session"] * session_best[session_of.get(mid)]
+        out[mid] = (score + weights["neighbour"] * near + weights["session"] * session_best[session_of(mid)]
                     + extras.get(mid, 0.0))
     return out
+
+
+def fuse_vector(np, base, members, prev, next_, session, extras, weights, targets):
+    """fuse_scores() over numpy arrays indexed by row: the final scores of the rows in
+    `targets`. `prev`, `next_` and `session` are int arrays, -1 for none; the same operations
+    in the same order as fuse_scores(), so the same numbers."""
+    known = np.zeros(len(base) + 1)  # base where it exists; index -1, no neighbour, reads 0
+    known[:-1][members] = base[members]
+    rows = np.flatnonzero(members)
+    session_best = np.full(int(session[rows].max()) + 1, -np.inf)
+    np.maximum.at(session_best, session[rows], base[rows])
+    near = np.maximum(known[prev[targets]], known[next_[targets]])
+    return (base[targets] + weights["neighbour"] * near + weights["session"] * session_best[session[targets]]
+            + extras[targets])
+
+
+_SENTENCE_END_RE = LazyRe(r"(?<=[.!?])\s+")
 
 
 def focus(text, qterms, keep=0.6, floor=150):
@@ -1555,11 +2028,12 @@ def focus(text, qterms, keep=0.6, floor=150):
     their original order, keeping at least `keep` of it: the budget goes to what matters."""
     if len(text) <= floor or not qterms:
         return text
-    parts = re.split(r"(?<=[.!?])\s+", text)
+    parts = _SENTENCE_END_RE.split(text)
     if len(parts) < 3:
         return text
     wanted = set(qterms)
-    ranked = sorted(range(len(parts)), key=lambda i: (-len(wanted & set(terms(parts[i]))), i))
+    shared = [len(wanted.intersection(terms(part))) for part in parts]
+    ranked = sorted(range(len(parts)), key=lambda i: (-shared[i], i))
     chosen, size = set(), 0
     for i in ranked:
         chosen.add(i)
@@ -1584,9 +2058,6 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
     costly rendering is not paid for every candidate."""
     out, used, seen, groups = [], 0, set(), set()
     for item in candidates:
-        key = rule_key(item["text"])[:200]
-        if key in seen:
-            continue  # the same text twice says nothing new
         extra = indent + 1
         group = item.get("group")
         if group_cost and group not in groups:
@@ -1600,6 +2071,9 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
             if room < max(min_item, len(full) // 2):
                 continue
             line = shorten(full, room)
+        key = rule_key(item["text"])[:200]  # only for what fits: most items do not
+        if key in seen:
+            continue  # the same text twice says nothing new
         seen.add(key)
         groups.add(group)
         out.append(dict(item, line=line))
@@ -1669,12 +2143,20 @@ class Memory:
 
     # -- loading and coherence --
     def _reset(self):
-        self.threads, self.tvec = {}, VectorTable()
-        self.msgs, self.mvec, self.msg_thread, self.msg_ts = {}, VectorTable(), {}, {}
-        # Conversation order: each message's session, and its neighbours within the session.
-        self.session_of, self.sessions, self.prev, self.next = {}, {}, {}, {}
+        self.threads, self.msgs = {}, {}
+        # Every message has a row (see Rows), shared by the lexical index, the vector matrix and
+        # the columns below: its thread (a row of `thread_rows`), its time, its session (a row
+        # of `session_ids`), and its neighbours within the session (-1: none).
+        self.rows, self.thread_rows = Rows(), Rows()
+        self.lex = LexicalIndex(b=0.4, rows=self.rows)
+        self.mvec = VectorTable(self.rows, quantize_above=FULL_SCAN_MESSAGES)
+        self.tvec = VectorTable(self.thread_rows)
+        self.row_thread, self.row_ts = array("i"), array("d")
+        self.row_session, self.row_prev, self.row_next = array("i"), array("i"), array("i")
+        self.sessions, self.session_ids = {}, Rows()  # session key -> its message ids, in order
         self.last_mid = None
-        self.lex = LexicalIndex(b=0.4)
+        self._memo = None
+        self._shared = {}
         self._qcache = (None, None)
         self._dterms = getattr(self, "_dterms", {})
         self._hot = None
@@ -1682,11 +2164,9 @@ class Memory:
     def load(self):
         self._reset()
         self._load_bridges()
-        threads = self.store.load_threads()
-        for thread in threads.values():
+        for thread in self.store.iter_threads():  # one file at a time: its vector texts go at once
             self._index_thread(thread, link=False)
-        for mid in sorted(self.msgs):  # ids sort in capture order
-            self._link(mid)
+        self._link_all()
         self.generation = self.store.state().get("generation", 0)
         self.loaded, self.partial = True, False
 
@@ -1714,14 +2194,13 @@ class Memory:
                                    link=False)
             except (FileNotFoundError, CorruptRecord, AiError):
                 continue
-        for mid in sorted(self.msgs):
-            self._link(mid)
+        self._link_all()
         self.loaded = self.partial = True
 
     def _load_bridges(self):
         self.bridges, self.links = {}, {}
-        for bridge in self.store.load_bridges().values():
-            self._add_bridge(bridge)
+        for bridge in self.store.iter_bridges():
+            self._add_bridge(self._compact(bridge, ("source_id", "target_id", "relation_type", "reason")))
 
     def _add_bridge(self, bridge):
         self._drop_bridge(bridge["id"])
@@ -1765,85 +2244,176 @@ class Memory:
                         pass
         self.generation = gen
 
+    def _compact(self, record, shared=()):
+        """A record read from disk rebuilt with interned keys (every JSON file brings its own
+        copies of the same key strings: 40 MB at 20,000 threads) and one copy of each value
+        of the `shared` keys (sessions, sources, thread ids)."""
+        out = dict(zip(map(sys.intern, record), record.values()))
+        for key in shared:
+            value = out.get(key)
+            if type(value) is str:
+                out[key] = self._shared.setdefault(value, value)
+        return out
+
     def _index_thread(self, thread, link=True):
-        tid = thread["id"]
+        tid = self._shared.setdefault(thread["id"], thread["id"])
+        if tid in self.threads:  # the same id in two files: the last one read wins
+            self._unindex_thread(tid)
         emb = thread.pop("embedding", None)
         model_id = self.embedder.id if self.embedder else None
-        if emb and thread.get("embedding_model") == model_id:
+        current = thread.get("embedding_model") == model_id
+        if emb and current:
             self.tvec[tid] = vec_decode(emb)
         elif emb:
             thread["_stale_embedding"] = emb  # another model's vector: kept, never compared
+        from binascii import a2b_base64
+        messages, with_vec, vecs = [], [], []
         for msg in thread["messages"]:
             raw = msg.pop("vec", None)
-            mid = msg["id"]
-            if raw and thread.get("embedding_model") == model_id:
-                self.mvec[mid] = vec_decode(raw)
+            msg = self._compact(msg, ("source", "session", "file"))
+            if raw and current:
+                with_vec.append(msg["id"])
+                vecs.append(a2b_base64(raw))  # vec_decode() without its copies
             elif raw:
                 msg["_stale_vec"] = raw  # kept verbatim so a save never loses it
-            self.msgs[mid] = msg
-            self.msg_thread[mid] = tid
-            self.msg_ts[mid] = ts_of(msg, "ts")
-        self.threads[tid] = thread
+            self._add_msg(tid, msg, None)
+            messages.append(msg)
+        self.mvec.put_many(with_vec, vecs)
+        self._quantize_threads()
+        thread["messages"] = messages
+        share = self._shared.setdefault
+        if isinstance(thread.get("topics"), list):
+            thread["topics"] = [share(t, t) if type(t) is str else t for t in thread["topics"]]
+        if isinstance(thread.get("topic_counts"), dict):
+            thread["topic_counts"] = {share(t, t): n for t, n in thread["topic_counts"].items()}
+        thread = self.threads[tid] = self._compact(thread, ("id", "status", "origin_type", "embedding_model"))
         if link:
-            for msg in thread["messages"]:
+            for msg in messages:
                 self._link(msg["id"])
+
+    def _add_msg(self, tid, msg, vec):
+        mid = msg["id"]
+        row = self.rows.add(mid)
+        ts, tno = ts_of(msg, "ts"), self.thread_rows.add(tid)
+        if row == len(self.row_ts):
+            self.row_thread.append(tno)
+            self.row_ts.append(ts)
+            for column in (self.row_session, self.row_prev, self.row_next):
+                column.append(-1)
+        else:
+            self.row_thread[row], self.row_ts[row] = tno, ts
+        self.msgs[mid] = msg
+        if vec is not None:
+            self.mvec[mid] = vec
+            self._quantize_threads()
+
+    def _quantize_threads(self):
+        # A store large enough for int16 message vectors holds its centroids so too: 15 MB
+        # at 20,000 threads, for half a millisecond more a query.
+        if self.mvec.quantized and not self.tvec.quantized:
+            self.tvec.quantize()
+
+    def _link_all(self):
+        # Loading tokenizes each message once: its terms wait here for the next message of
+        # its session, whose document leads with them.
+        self._memo = {}
+        self.lex.bulk()
+        try:
+            for mid in sorted(self.msgs):  # ids sort in capture order
+                self._link(mid)
+        finally:
+            self._memo = None
+            self.lex.flush()
 
     def _link(self, mid):
         """Place a message in its conversation: its session (the Claude Code session, else a
-        run of captures less than 30 minutes apart) and its neighbours there. Its lexical
-        document is the previous message of the session plus itself: questions often use
-        the words of the turn that prompted the answer."""
-        msg = self.msgs[mid]
+        run of captures less than 30 minutes apart) and its neighbours there."""
+        import bisect
+        row, msg = self.rows.of[mid], self.msgs[mid]
         key = msg.get("session")
         last = self.last_mid
         if not key:
-            if (last and last < mid and not self.msgs.get(last, {}).get("session")
-                    and abs(self.msg_ts[mid] - self.msg_ts[last]) <= 1800):
-                key = self.session_of[last]
+            lrow = self.rows.of.get(last)
+            if (lrow is not None and last < mid and not self.msgs[last].get("session")
+                    and abs(self.row_ts[row] - self.row_ts[lrow]) <= 1800):
+                key = self.session_ids.keys[self.row_session[lrow]]
             else:
                 key = "g" + mid
         members = self.sessions.setdefault(key, [])
-        import bisect
         pos = bisect.bisect(members, mid)
         members.insert(pos, mid)
-        self.session_of[mid] = key
-        before = members[pos - 1] if pos else None
-        after = members[pos + 1] if pos + 1 < len(members) else None
-        self.prev[mid], self.next[mid] = before, after
-        if before:
-            self.next[before] = mid
-        if after:
-            self.prev[after] = mid
-            self._lex_doc(after)
-        self._lex_doc(mid)
+        self.row_session[row] = self.session_ids.add(key)
+        before = self.rows.of[members[pos - 1]] if pos else -1
+        after = self.rows.of[members[pos + 1]] if pos + 1 < len(members) else -1
+        if after >= 0:
+            self._lex_drop(after)  # its document led with `before`
+            self.row_prev[after] = row
+        self.row_prev[row], self.row_next[row] = before, after
+        if before >= 0:
+            self.row_next[before] = row
+        if after >= 0:
+            self._lex_add(after)
+        self._lex_add(row)
         if last is None or mid > last:
             self.last_mid = mid
 
-    def _lex_doc(self, mid):
-        msg, before = self.msgs[mid], self.prev.get(mid)
-        lead = self.msgs[before]["text"] + " " if before in self.msgs else ""
-        self.lex.add(mid, terms(lead + msg["text"] + " " + (msg.get("file") or "")))
+    def _lex_terms(self, row):
+        """A message's lexical document: the message before it in its session, then itself
+        (questions often use the words of the turn that prompted the answer). It changes only
+        with the message before, and is taken out of the index before that changes."""
+        msg = self.msgs[self.rows.keys[row]]
+        own = terms(msg["text"] + " " + (msg.get("file") or ""))
+        before = self.row_prev[row]
+        lead = None
+        if self._memo is not None:
+            lead = self._memo.pop(before, None)
+            self._memo[row] = own
+        if lead is None and before >= 0:
+            lead = terms(self.msgs[self.rows.keys[before]]["text"])
+        return lead + own if lead else own
+
+    def _lex_add(self, row):
+        self.lex.add_row(row, self._lex_terms(row))
+
+    def _lex_drop(self, row):
+        self.lex.drop_row(row, self._lex_terms(row))
 
     def _unlink(self, mid):
-        key = self.session_of.pop(mid, None)
-        members = self.sessions.get(key, [])
-        if mid in members:
-            members.remove(mid)
-        before, after = self.prev.pop(mid, None), self.next.pop(mid, None)
-        if before in self.next:
-            self.next[before] = after
-        if after in self.prev:
-            self.prev[after] = before
-            self._lex_doc(after)
-        self.lex.remove(mid)
+        row = self.rows.of[mid]
+        sid = self.row_session[row]
+        if sid < 0:
+            return
+        key = self.session_ids.keys[sid]
+        members = self.sessions[key]
+        members.remove(mid)
+        if not members:
+            del self.sessions[key]
+            self.session_ids.discard(key)
+        before, after = self.row_prev[row], self.row_next[row]
+        self._lex_drop(row)
+        if after >= 0:
+            self._lex_drop(after)
+            self.row_prev[after] = before
+        if before >= 0:
+            self.row_next[before] = after
+        if after >= 0:
+            self._lex_add(after)
+        self.row_session[row] = self.row_prev[row] = self.row_next[row] = -1
 
     def _unindex_thread(self, tid):
         thread = self.threads.pop(tid, None)
         self.tvec.pop(tid, None)
         for msg in (thread or {}).get("messages", []):
-            self._unlink(msg["id"])
-            for table in (self.msgs, self.mvec, self.msg_thread, self.msg_ts):
-                table.pop(msg["id"], None)
+            mid = msg["id"]
+            row = self.rows.of.get(mid)
+            if row is None:
+                continue
+            self._unlink(mid)
+            self.mvec.pop(mid)
+            del self.msgs[mid]
+            self.row_thread[row] = -1
+            self.rows.discard(mid)
+        self.thread_rows.discard(tid)
 
     def serialize(self, thread):
         """The on-disk form: vectors encoded beside the model id that made them."""
@@ -2060,10 +2630,10 @@ class Memory:
     def specific_topics(self, topics):
         """Drop words found in a large share of all messages (a speaker's name, the project's
         name): they name no topic and would glue unrelated threads together."""
-        n = len(self.lex.lengths)
+        n = self.lex.docs
         if n < 50:
             return topics
-        return [t for t in topics if len(self.lex.postings.get(stem(t), ())) / n <= 0.3]
+        return [t for t in topics if self.lex.df(stem(t)) / n <= 0.3]
 
     def _new_thread(self, ext, origin, now, parent=None):
         tid = new_id("t", now)
@@ -2103,8 +2673,7 @@ class Memory:
             self.tvec[tid] = vec
         thread["embedding_model"] = self.embedder.id
         thread["messages"].append(msg)
-        self.msgs[msg["id"]], self.mvec[msg["id"]] = msg, vec
-        self.msg_thread[msg["id"]], self.msg_ts[msg["id"]] = tid, ts_of(msg, "ts")
+        self._add_msg(tid, msg, vec)
         self._link(msg["id"])
         counts = thread.setdefault("topic_counts", {})
         for rank, topic in enumerate(ext["topics"]):
@@ -2151,9 +2720,7 @@ class Memory:
 
     def candidates(self, vec, limit=40):
         """Threads to weigh a new content against: best centroids of every status."""
-        cos = self.centroid_scores(vec)
-        best = top_items(cos, limit)
-        return [(self.threads[tid], c) for tid, c in best if tid in self.threads]
+        return [(self.threads[tid], c) for tid, c in self.tvec.top(vec, limit) if tid in self.threads]
 
     def query_vector(self, text):
         if self.embedder is None:
@@ -2172,33 +2739,31 @@ class Memory:
         """Ranked messages for a query. One path for inject, recall and search:
         BM25 (over each message with the turn before it) blended with dense cosine, then the
         best neighbour and best message of the same session, the dates the query names, the
-        thread's similarity, recency, and bridges from the best thread."""
+        thread's similarity, recency, and bridges from the best thread. Messages are scored by
+        row: as numpy vectors when numpy is there, else as dicts, to the same numbers and with
+        the same ties (broken by message id)."""
         self.ensure_loaded()
         now = self.clock()
         w = FUSION_WEIGHTS
         qvec = self.query_vector(query)
-        lexical = self.lex.scores(terms(query))
-        tcos = self.centroid_scores(qvec)
-        if len(self.mvec) <= FULL_SCAN_MESSAGES:
-            dense = self.mvec.scores(qvec)
+        keys = self.rows.keys
+        skip = [self.rows.of[m] for m in exclude if m in self.rows.of]
+        np = self.mvec.np
+        if np is None:
+            scored = self._base_dicts(qvec, terms(query), skip)
         else:
-            # Large stores: dense scores for the messages of the closest threads and of the best
-            # lexical matches only, so a query costs the same at any memory size.
-            pool = {tid for tid, _ in top_items(tcos, 200)} | {self.msg_thread[m] for m, _ in top_items(lexical, 200)}
-            dense = self.mvec.scores(qvec, [m["id"] for tid in pool for m in self.threads[tid]["messages"]])
-        base = base_scores(lexical, dense, w)
-        for mid in exclude:
-            base.pop(mid, None)
-        if not base:
+            scored = self._base_arrays(np, qvec, terms(query), skip)
+        if scored is None:
             return [], {}
+        cand, tcos_of, fuse = scored
         # Thread-level signals for the candidate threads only.
-        cand = top_items(base, 300)
         qtopics = EXTRACTOR.topics(query)
         thread_sim = {}
-        for mid, _ in cand:
-            tid = self.msg_thread[mid]
+        tids = self.thread_rows.keys
+        for row, _ in cand:
+            tid = tids[self.row_thread[row]]
             if tid not in thread_sim:
-                thread_sim[tid] = similarity(tcos.get(tid, 0.0), qtopics, self.threads[tid].get("topics"))
+                thread_sim[tid] = similarity(tcos_of(tid), qtopics, self.threads[tid].get("topics"))
         top_thread = max(thread_sim.items(), key=lambda kv: kv[1])[0]
         bonus = {}
         for b in self.bridges_of(top_thread):
@@ -2207,26 +2772,96 @@ class Memory:
         months, years = query_dates(query)
         half_life = self.cfg["half_life_days"] * DAY
         extras = {}
-        for mid, _ in cand:
-            tid, ts = self.msg_thread[mid], self.msg_ts[mid]
-            extras[mid] = (w["thread"] * thread_sim[tid] + w["bridge"] * bonus.get(tid, 0.0)
+        for row, _ in cand:
+            tid, ts = tids[self.row_thread[row]], self.row_ts[row]
+            extras[row] = (w["thread"] * thread_sim[tid] + w["bridge"] * bonus.get(tid, 0.0)
                            + w["recency"] * 0.5 ** (max(0.0, now - ts) / half_life)
                            + (w["date"] if (months or years) and date_matches(ts, months, years) else 0.0))
-        cand_ids = dict(cand)
-        # Final scores for the best base scores only: every message of a small memory, the top
-        # FUSION_POOL of a large one (the rest cannot climb that far on bonuses worth 0.45 at most).
-        targets = None if len(base) <= FUSION_POOL else [m for m, _ in top_items(base, FUSION_POOL)]
-        fused = fuse_scores(base, lambda m: (self.prev.get(m), self.next.get(m)), self.session_of, extras, w,
-                            targets)
-        import heapq
-        best = heapq.nsmallest(limit, fused.items(), key=lambda kv: (-kv[1], kv[0] not in cand_ids, kv[0]))
+        best = fuse(extras, limit, lambda row: (row not in extras, keys[row]))
         hits = []
-        for mid, score in best:
-            msg, tid = self.msgs[mid], self.msg_thread[mid]
+        for row, score in best:
+            mid, tid = keys[row], tids[self.row_thread[row]]
+            msg = self.msgs[mid]
             hits.append({"message_id": mid, "thread_id": tid, "score": round(score, 4), "text": msg["text"],
                          "timestamp": msg["ts"], "source": msg.get("source"), "file": msg.get("file"),
                          "title": self.threads[tid]["title"], "status": self.threads[tid]["status"]})
         return hits, thread_sim
+
+    def _base_dicts(self, qvec, qterms, skip):
+        """retrieve() without numpy: (the 300 best base scores, thread cosine by id, fusion)."""
+        order, tkeys = self.rows.keys.__getitem__, self.thread_rows.keys
+        lexical = self.lex.row_scores(qterms)
+        tcos = self.tvec.row_scores(qvec)
+        if len(self.mvec) <= FULL_SCAN_MESSAGES:
+            dense = self.mvec.row_scores(qvec)
+        else:
+            # Large stores: dense scores for the messages of the closest threads and of the best
+            # lexical matches only, so a query costs the same at any memory size.
+            pool = set(top_rows(tcos, 200, tkeys.__getitem__))
+            pool.update(self.row_thread[row] for row in top_rows(lexical, 200, order))
+            dense = self.mvec.row_scores(qvec, [self.rows.of[m["id"]] for tno in pool
+                                                for m in self.threads[tkeys[tno]]["messages"]])
+        base = base_scores(lexical, dense, FUSION_WEIGHTS)
+        for row in skip:
+            base.pop(row, None)
+        if not base:
+            return None
+
+        def fuse(extras, limit, rank):
+            # Final scores for the best base scores only: every message of a small memory, the
+            # top FUSION_POOL of a large one (the rest cannot climb that far on bonuses worth
+            # 0.45 at most).
+            targets = None if len(base) <= FUSION_POOL else top_rows(base, FUSION_POOL, order)
+            fused = fuse_scores(base, lambda r: (self.row_prev[r], self.row_next[r]), self.row_session.__getitem__,
+                                extras, FUSION_WEIGHTS, targets)
+            return best_rows(fused, limit, rank)
+        trow_of = self.thread_rows.of
+        return best_rows(base, 300, order), lambda tid: tcos.get(trow_of.get(tid), 0.0), fuse
+
+    def _base_arrays(self, np, qvec, qterms, skip):
+        """_base_dicts() with numpy vectors indexed by row."""
+        keys, tkeys = self.rows.keys, self.thread_rows.keys
+        order = keys.__getitem__
+        size = len(keys)
+        lexical = self.lex.score_vector(np, qterms, size)
+        dense, present = np.zeros(size, np.float32), np.zeros(size, np.bool_)
+        tcos = tpresent = None
+        if qvec is not None and len(self.tvec):
+            tcos, tpresent = self.tvec.cosines(qvec)
+        if qvec is not None and len(self.mvec) <= FULL_SCAN_MESSAGES:
+            dense, present = self.mvec.cosines(qvec)
+        elif qvec is not None:  # as in _base_dicts
+            pool = np.zeros(len(tkeys) + 1, np.bool_)  # by thread row; the last: no thread (-1)
+            if tcos is not None:
+                trows = np.flatnonzero(tpresent)
+                pool[top_rows((trows, tcos[trows]), 200, tkeys.__getitem__, np)] = True
+            lrows = np.flatnonzero(lexical)
+            # A copy, not a view: an array('i') exporting its buffer could not grow.
+            thread_of = np.frombuffer(self.row_thread, np.intc).copy()
+            pool[thread_of[top_rows((lrows, lexical[lrows]), 200, order, np)]] = True
+            pool[-1] = False
+            rows = np.flatnonzero(pool[thread_of])
+            dense[rows], present[rows] = self.mvec.cosines_at(rows, qvec)
+        base, members = base_vector(np, lexical, dense, present, FUSION_WEIGHTS)
+        members[skip] = False
+        rows = np.flatnonzero(members)
+        if not len(rows):
+            return None
+        trow_of = self.thread_rows.of
+
+        def tcos_of(tid):
+            row = trow_of.get(tid)
+            return float(tcos[row]) if tcos is not None and row is not None and tpresent[row] else 0.0
+
+        def fuse(extras, limit, rank):
+            targets = rows if len(rows) <= FUSION_POOL else top_rows((rows, base[rows]), FUSION_POOL, order, np)
+            extra = np.zeros(size)
+            extra[list(extras)] = list(extras.values())
+            prev, next_, session = (np.frombuffer(col, np.intc).copy()
+                                    for col in (self.row_prev, self.row_next, self.row_session))
+            fused = fuse_vector(np, base, members, prev, next_, session, extra, FUSION_WEIGHTS, targets)
+            return best_rows((targets, fused), limit, rank, np)
+        return best_rows((rows, base[rows]), 300, order, np), tcos_of, fuse
 
     def search(self, query, limit=10):
         return self.retrieve(query, limit)[0]
@@ -2274,7 +2909,7 @@ class Memory:
             by_thread.setdefault(item["thread_id"], []).append(item)
         lines = [head]
         for tid, group in by_thread.items():
-            lines.append(headers[tid])
+            lines.append(header(tid))
             lines += ["  - " + i["line"] for i in group]
         related = self.related_threads(list(by_thread)[:1], exclude=set(by_thread), now=now)
         room = budget - sum(len(x) + 1 for x in lines) - sum(len(t) + 1 for t in tail)
