@@ -187,3 +187,41 @@ def test_hot_thread_after_each_save_is_the_one_a_full_scan_finds(project):
         mem.capture(text, at="2024-03-01T10:00:00" if i < 10 else "2024-03-01T11:00:00")
         full = max(mem.threads.values(), key=lambda t: ais.ts_of(t, "last_active"))
         assert mem.store.state()["hot_thread"] == full["id"]
+
+
+def test_digest_kept_encoded_is_the_one_a_fresh_load_writes(project):
+    """write_index() reuses each thread's encoded entry until the thread or one of its bridges
+    changes: after every kind of change, a long-lived memory writes what a fresh load writes."""
+    index = project / ".ai" / "db" / "index.json"
+
+    def check(mem):
+        mem.write_index()
+        kept = json.loads(index.read_text())
+        fresh = ais.open_memory(str(project))
+        fresh.ensure_loaded()
+        fresh.write_index()
+        assert kept == json.loads(index.read_text())
+        return kept["threads"]
+
+    mem, owner = fill(project)
+    css = next(tid for tid, c in thread_topics(mem, owner).items() if "css" in c)
+    before = check(mem)
+    mem.capture("The Postgres migration depends on the JWT refresh token table being created first")
+    check(mem)
+    mem.set_status([css], "suspended")
+    assert check(mem)[css]["status"] == "suspended" != before[css]["status"]
+    mem.recall("CSS layout bug in the sidebar")  # reactivates it and adds weight
+    now = check(mem)
+    assert now[css]["status"] == "active"
+    other = ais.open_memory(str(project))  # another process: continues a thread, starts one
+    jwt = other.capture("JWT refresh token rotation: the refresh token is single use")["thread_id"]
+    other.capture("Terraform state locking in S3 with DynamoDB")
+    mem.search("terraform state locking", 1)  # picks both up
+    after = check(mem)
+    assert len(after) == len(now) + 1 and after[jwt]["n"] == now[jwt]["n"] + 1
+    mem.capture("A long idle kafka consumer rebalancing", at=ais.iso(mem.clock() + 40 * DAY))  # lifecycle
+    assert {t["status"] for t in check(mem).values()} >= {"suspended"}
+    linked = next(b["source_id"] for b in mem.bridges.values())
+    mem.forget(linked)
+    after = check(mem)
+    assert linked not in after and all(not set(t["bridges"]) - set(mem.bridges) for t in after.values())
