@@ -3,7 +3,6 @@ index terms, and the numpy paths against their stdlib twins."""
 import math
 import random
 from array import array
-from collections import Counter
 
 import pytest
 
