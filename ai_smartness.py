@@ -120,6 +120,15 @@ TOOL_ORIGINS = {
     "WebFetch": "fetch", "WebSearch": "fetch",
 }
 RECALL_DIR = "recall"  # .ai/recall/<query> is the virtual path the model reads
+# -- storage --
+# OSError numbers that say "the machine, not the record": whatever failed with one is retried
+# later, never quarantined.
+TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EAGAIN,
+                              errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+# Temp files (ours: `<name>.tmp<hex>`) older than this belong to a killed process.
+STALE_TEMP_SECONDS = 300
+# Back-off of the daemon's drain after a transient error: first and longest wait, in seconds.
+DRAIN_RETRY_SECONDS = (1.0, 60.0)
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -144,6 +153,12 @@ class DaemonError(AiError):
 
 class CorruptRecord(AiError):
     """A stored record could not be parsed; it gets quarantined."""
+
+
+def is_transient(exc):
+    """True for an I/O error that says nothing about the record (full disk, read-only or
+    failing device, no file descriptors or memory left): retry later, never quarantine."""
+    return isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS
 
 
 class LazyRe:
@@ -328,7 +343,7 @@ class Log:
             now, pid = iso(time.time()), os.getpid()
             text = "".join(json.dumps(dict({"ts": now, "pid": pid, "level": level, "msg": msg}, **fields),
                                       ensure_ascii=False, default=str) + "\n" for level, msg, fields in records)
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd = open_data_file(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             try:
                 os.write(fd, text.encode())
             finally:
@@ -347,96 +362,218 @@ class Log:
 # Every record is one JSON file written atomically (temp file, fsync, os.replace) while the
 # writer holds an flock on db/.lock, so concurrent processes never interleave a
 # read-modify-write. Readers need no lock: os.replace makes each file appear whole.
+# Nothing below a data dir is reached through a symlink: a cloned repository or the agent
+# itself can plant one there, and following it would write, chmod or read outside the
+# project. Folders are opened one component at a time with O_NOFOLLOW and files relative to
+# their folder's descriptor, so nothing can swap a folder between the check and the use.
+
+_DATA_DIRS = set()  # the data dirs of this process's Stores: below them no symlink is followed
+
+
+def _data_root(path):
+    for root in _DATA_DIRS:
+        if path == root or path.startswith(root + os.sep):
+            return root
+    return None
+
+
+def _data_log(root, msg, **fields):
+    if root is not None:
+        Log(os.path.join(root, "logs", "ai_smartness.log")).error(msg, **fields)
+
+
+def open_dir(path, create=True):
+    """A descriptor of folder `path`. Below a data dir every component is opened with
+    O_NOFOLLOW: a missing one is created 0700 (when `create`), a symlink is replaced by a real
+    folder, with a log line. Any other folder is opened as it is."""
+    path = os.path.abspath(path)
+    root = _data_root(path)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    # The data dir itself may be a link its user made: only what lies below it is checked.
+    fd = os.open(path if root is None else root, flags)
+    if root is None:
+        return fd
+    where = root
+    try:
+        for part in path[len(root):].split(os.sep):
+            if part:
+                where = os.path.join(where, part)
+                sub = _open_subdir(fd, part, create, root, where)
+                os.close(fd)
+                fd = sub
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_subdir(fd, name, create, root, where):
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    replaced = False
+    try:
+        return os.open(name, flags, dir_fd=fd)
+    except FileNotFoundError:
+        if not create:
+            raise
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        try:
+            os.readlink(name, dir_fd=fd)
+        except OSError:
+            raise exc from None  # a file where a folder should be: refused
+        os.unlink(name, dir_fd=fd)
+        replaced = True
+    try:
+        os.mkdir(name, 0o700, dir_fd=fd)
+    except FileExistsError:
+        pass  # another process made it meanwhile
+    sub = os.open(name, flags, dir_fd=fd)
+    try:
+        os.fchmod(sub, 0o700)  # whatever the umask
+    except OSError:
+        pass
+    if replaced:
+        _data_log(root, "symlink in the data dir replaced by a folder", path=where)
+    return sub
 
 
 def make_private_dir(path):
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    """Create folder `path` (and its parents) 0700 unless it exists, and make a folder of ours
+    0700; never through a symlink."""
+    path = os.path.abspath(path)
+    if _data_root(path) in (None, path):
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return  # a link its user made: never chmodded through
+    else:
+        fd = open_dir(path)
     try:
-        os.chmod(path, 0o700)
+        st = os.fstat(fd)
+        if st.st_mode & 0o077 and st.st_uid == os.getuid():
+            os.fchmod(fd, 0o700)
     except OSError:
         pass
-
-
-_TMP = [None]  # (pid, random tag, counter): temp names unique across processes and threads
-
-
-def _tmp_tag():
-    """A fresh temp-file suffix: the pid and a random tag drawn once per process (a crashed
-    process's leftovers never collide with it), then a counter (next() is atomic)."""
-    state = _TMP[0]
-    if state is None or state[0] != os.getpid():
-        import itertools
-        state = _TMP[0] = (os.getpid(), os.urandom(3).hex(), itertools.count())
-    return f"{state[0]}{state[1]}.{next(state[2])}"
-
-
-def write_json_atomic(path, obj, mode=0o600, sync=True):
-    """`sync=False` skips the fsync: the file still survives any process crash, only not a
-    power loss before the kernel writes it back."""
-    write_bytes_atomic(path, json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8"), mode, sync)
-
-
-def write_bytes_atomic(path, data, mode=0o600, sync=True):
-    tmp = f"{path}.tmp{_tmp_tag()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fsync(fd)
+    finally:
         os.close(fd)
-        fd = -1
-        os.replace(tmp, path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
+
+
+def open_data_file(path, flags, mode=0o600):
+    """os.open of a file whose folder is opened by open_dir, with O_NOFOLLOW: a symlink at the
+    name is an error when reading (ELOOP) and is removed, with a log line, when creating. A
+    file opened with O_CREAT is `mode` whatever the umask."""
+    folder, name = os.path.split(os.path.abspath(path))
+    creating = bool(flags & os.O_CREAT)
+    dfd = open_dir(folder, create=creating)
+    try:
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP or not creating:
+                raise
+            os.unlink(name, dir_fd=dfd)
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dfd)
+            _data_log(_data_root(folder), "symlink in the data dir removed", path=path)
+        if creating:
+            try:
+                os.fchmod(fd, mode)
+            except OSError:
+                pass  # not ours (root reading a user's dir): its owner's mode stands
+        return fd
+    finally:
+        os.close(dfd)
 
 
-def write_json_many(items, mode=0o600, group=64):
-    """[(path, obj)] written as write_json_atomic does, each fsynced, but in phases: a group of
-    temp files written, then fsynced, then renamed. Cheaper than one file after another (the
-    filesystem commits a group together), and it is what a batch of captures writes."""
+def _temp_suffix():
+    """Random: a temp name nobody can guess in advance and plant a symlink at."""
+    return os.urandom(8).hex()
+
+
+def _create_temp(dfd, name, mode):
+    """(fd, temp name) of a new temp file beside `name`, created exclusively (O_EXCL also
+    refuses a symlink planted at that name) and `mode` whatever the umask."""
+    for _ in range(8):
+        tmp = f"{name}.tmp{_temp_suffix()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                         dir_fd=dfd)
+        except FileExistsError:
+            continue
+        try:
+            os.fchmod(fd, mode)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp, dir_fd=dfd)
+            raise
+        return fd, tmp
+    raise FileExistsError(errno.EEXIST, "no free temp name", name)
+
+
+def _dumps(obj):
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def write_files_atomic(items, mode=0o600, sync=True, group=64):
+    """[(path, bytes)], each file replaced whole or not at all: per group, the temp files are
+    written, then fsynced, then renamed. Cheaper than one file after another (the filesystem
+    commits a group together), and it is what a batch of captures writes. `sync=False` skips
+    the fsync: the file still survives any process crash, only not a power loss before the
+    kernel writes it back. The one writer of every stored file."""
     items = list(items)
     for start in range(0, len(items), group):
-        pending = []  # [fd or -1, temp path or None, path]
+        dirs, pending = {}, []  # folder -> fd; [fd or -1, folder fd, temp name or None, name]
         try:
-            for path, obj in items[start:start + group]:
-                data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-                tmp = f"{path}.tmp{_tmp_tag()}"
-                pending.append([os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), tmp, path])
+            for path, data in items[start:start + group]:
+                folder, name = os.path.split(os.path.abspath(path))
+                if folder not in dirs:
+                    dirs[folder] = open_dir(folder)
+                entry = [-1, dirs[folder], None, name]
+                entry[0], entry[2] = _create_temp(entry[1], name, mode)
+                pending.append(entry)
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(pending[-1][0], view):]
+                    view = view[os.write(entry[0], view):]
             for entry in pending:
-                os.fsync(entry[0])
+                if sync:
+                    os.fsync(entry[0])
                 os.close(entry[0])
                 entry[0] = -1
             for entry in pending:
-                os.replace(entry[1], entry[2])
-                entry[1] = None
-        except BaseException:
-            for fd, tmp, _ in pending:
+                os.replace(entry[2], entry[3], src_dir_fd=entry[1], dst_dir_fd=entry[1])
+                entry[2] = None
+        finally:
+            for fd, dfd, tmp, _ in pending:
                 if fd >= 0:
                     os.close(fd)
                 if tmp:
                     try:
-                        os.unlink(tmp)
+                        os.unlink(tmp, dir_fd=dfd)
                     except OSError:
                         pass
-            raise
+            for dfd in dirs.values():
+                os.close(dfd)
+
+
+def write_bytes_atomic(path, data, mode=0o600, sync=True):
+    write_files_atomic([(path, data)], mode, sync)
+
+
+def write_json_atomic(path, obj, mode=0o600, sync=True):
+    write_files_atomic([(path, _dumps(obj))], mode, sync)
+
+
+def write_json_many(items, mode=0o600, group=64):
+    """[(path, obj)] written as write_json_atomic does, each fsynced, in groups."""
+    write_files_atomic(((path, _dumps(obj)) for path, obj in items), mode, True, group)
 
 
 def fsync_dir(path):
     """Make the renames and unlinks done in a directory durable, before anything that
     assumes them (a journal entry removed once its records are on disk)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        fd = open_dir(path, create=False)
     except OSError:
         return
     try:
@@ -447,14 +584,38 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def read_json(path):
-    """Parse a JSON file; unreadable content raises CorruptRecord, absence FileNotFoundError."""
-    with open(path, "rb") as fh:
-        raw = fh.read()
+def _parse_json(raw, name):
     try:
         return json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptRecord(f"{os.path.basename(path)}: {exc}") from exc
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CorruptRecord(f"{name}: {exc}") from exc
+
+
+def _read_fd(fd, name):
+    """The JSON of an open file (closed here). A symlink or a folder at a record's name is a
+    bad record; any other OSError (a transient one above all) is raised as it is."""
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            raw = fh.read()
+        except IsADirectoryError as exc:
+            raise CorruptRecord(f"{name}: a folder") from exc
+    return _parse_json(raw, name)
+
+
+def _open_record(opener, name):
+    try:
+        return opener()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CorruptRecord(f"{name}: a symlink") from exc
+        raise
+
+
+def read_json(path):
+    """Parse a JSON file; unreadable content raises CorruptRecord, absence FileNotFoundError,
+    an I/O error (is_transient) its OSError."""
+    name = os.path.basename(path)
+    return _read_fd(_open_record(lambda: open_data_file(path, os.O_RDONLY), name), name)
 
 
 class FileLock:
@@ -464,7 +625,7 @@ class FileLock:
         self.path, self.timeout, self.fd = path, timeout, -1
 
     def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.fd = open_data_file(self.path, os.O_RDWR | os.O_CREAT)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             try:
@@ -497,11 +658,22 @@ def check_bridge(rec):
     return rec
 
 
+_TEMP_NAME = LazyRe(r"\.tmp[0-9a-f]+(\.[0-9]+)?$")  # the temp names of write_files_atomic (and older ones)
+
+
+def stat_is_private_dir(st):
+    """A real folder (not a link) of ours, 0700."""
+    import stat
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
+
+
 class Store:
-    """The data dir on disk. Knows paths, atomic records, quarantine, inbox and generation."""
+    """The data dir on disk: every path, lock and atomic write of it (records, quarantine,
+    inbox, generation, digest, synthesis, recall files, daemon files)."""
 
     def __init__(self, data_dir):
         self.dir = os.path.abspath(data_dir)
+        _DATA_DIRS.add(self.dir)
         self.db = os.path.join(self.dir, "db")
         self.threads_dir = os.path.join(self.db, "threads")
         self.bridges_dir = os.path.join(self.db, "bridges")
@@ -510,18 +682,35 @@ class Store:
         self.inbox_dir = os.path.join(self.dir, "inbox")
         self.cache_dir = os.path.join(self.dir, "cache")
         self.logs_dir = os.path.join(self.dir, "logs")
+        self.recall_dir = os.path.join(self.cache_dir, RECALL_DIR)
+        self.index_file = os.path.join(self.db, "index.json")  # the digest
+        self.state_file = os.path.join(self.db, "state.json")
+        # The daemon's files: status, socket, liveness lock (see section 8) and its stderr.
+        self.daemon_file = os.path.join(self.dir, "daemon.json")
+        self.socket_file = os.path.join(self.dir, "daemon.sock")
+        self.run_lock_file = os.path.join(self.dir, "daemon.run.lock")
+        self.daemon_log_file = os.path.join(self.logs_dir, "daemon.log")
         self.log = Log(os.path.join(self.logs_dir, "ai_smartness.log"))
         self.inbox_sync = True  # the daemon turns it off: see Daemon.__init__
 
     def path(self, *parts):
         return os.path.join(self.dir, *parts)
 
+    def folders(self):
+        return (self.dir, self.db, self.threads_dir, self.bridges_dir, self.synthesis_dir,
+                self.quarantine_dir, self.inbox_dir, self.cache_dir, self.logs_dir, self.recall_dir)
+
     def ensure(self):
-        for d in (self.dir, self.db, self.threads_dir, self.bridges_dir, self.synthesis_dir,
-                  self.quarantine_dir, self.inbox_dir, self.cache_dir, self.logs_dir,
-                  os.path.join(self.cache_dir, RECALL_DIR)):
-            if not os.path.isdir(d):
-                make_private_dir(d)
+        """Every folder there and 0700; a symlink where one should be is replaced (lstat, so
+        that a link is never taken for the folder it points at)."""
+        for d in self.folders():
+            try:
+                st = os.lstat(d)
+                if stat_is_private_dir(st):
+                    continue
+            except FileNotFoundError:
+                pass
+            make_private_dir(d)
         return self
 
     def lock(self, timeout=None):
@@ -529,26 +718,31 @@ class Store:
 
     # -- records --
     def _iter_dir(self, folder, check):
-        """The valid records of a folder, read one at a time."""
+        """The valid records of a folder, read one at a time through one folder descriptor."""
         try:
-            names = os.listdir(folder)
+            dfd = open_dir(folder, create=False)
         except FileNotFoundError:
             return
-        for name in names:
-            if not name.endswith(".json"):
-                continue
-            full = os.path.join(folder, name)
-            try:
-                rec = check(read_json(full))
-            except FileNotFoundError:
-                continue  # deleted by another process meanwhile
-            except CorruptRecord as exc:
-                self.quarantine(full, str(exc))
-                continue
-            if rec.get("schema", SCHEMA) > SCHEMA:
-                self.log.error("record from a newer version skipped", file=name)
-                continue
-            yield rec
+        try:
+            names = os.listdir(dfd)
+            for name in names:
+                if not name.endswith(".json"):
+                    continue
+                full = os.path.join(folder, name)
+                try:
+                    rec = check(_read_fd(_open_record(
+                        lambda: os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd), name), name))
+                except FileNotFoundError:
+                    continue  # deleted by another process meanwhile
+                except CorruptRecord as exc:
+                    self.quarantine(full, str(exc))
+                    continue
+                if rec.get("schema", SCHEMA) > SCHEMA:
+                    self.log.error("record from a newer version skipped", file=name)
+                    continue
+                yield rec
+        finally:
+            os.close(dfd)
 
     def iter_threads(self):
         return self._iter_dir(self.threads_dir, check_thread)
@@ -559,51 +753,103 @@ class Store:
     def iter_bridges(self):
         return self._iter_dir(self.bridges_dir, check_bridge)
 
-    def load_bridges(self):
-        return {rec["id"]: rec for rec in self.iter_bridges()}
+    def thread_file(self, thread_id):
+        return os.path.join(self.threads_dir, thread_id + ".json")
+
+    def bridge_file(self, bridge_id):
+        return os.path.join(self.bridges_dir, bridge_id + ".json")
 
     def save_thread(self, thread):
-        write_json_atomic(os.path.join(self.threads_dir, thread["id"] + ".json"), thread)
+        write_json_atomic(self.thread_file(thread["id"]), thread)
 
     def save_records(self, threads=(), bridges=()):
         """Several threads and bridges at once (write_json_many), then their directories
         fsynced: once this returns, all of them survive a crash or a power loss."""
-        items = [(os.path.join(self.threads_dir, t["id"] + ".json"), t) for t in threads]
-        items += [(os.path.join(self.bridges_dir, b["id"] + ".json"), b) for b in bridges]
+        items = [(self.thread_file(t["id"]), t) for t in threads]
+        items += [(self.bridge_file(b["id"]), b) for b in bridges]
         write_json_many(items)
         for folder, recs in ((self.threads_dir, threads), (self.bridges_dir, bridges)):
             if recs:
                 fsync_dir(folder)
 
     def delete_thread(self, thread_id):
-        self._unlink(os.path.join(self.threads_dir, thread_id + ".json"))
+        self._unlink(self.thread_file(thread_id))
 
     def delete_bridge(self, bridge_id):
-        self._unlink(os.path.join(self.bridges_dir, bridge_id + ".json"))
+        self._unlink(self.bridge_file(bridge_id))
 
     @staticmethod
     def _unlink(path):
+        """Remove a file (a symlink itself, never its target); absent is fine."""
+        folder, name = os.path.split(os.path.abspath(path))
         try:
-            os.unlink(path)
+            dfd = open_dir(folder, create=False)
+        except FileNotFoundError:
+            return
+        try:
+            os.unlink(name, dir_fd=dfd)
         except FileNotFoundError:
             pass
+        finally:
+            os.close(dfd)
+
+    @staticmethod
+    def _listdir(folder):
+        """Names in a data folder, never listed through a symlink; [] when absent."""
+        try:
+            dfd = open_dir(folder, create=False)
+        except FileNotFoundError:
+            return []
+        try:
+            return os.listdir(dfd)
+        finally:
+            os.close(dfd)
 
     def quarantine(self, path, reason):
         """Move an unreadable record aside (never delete it) and log why."""
-        make_private_dir(self.quarantine_dir)
-        dest = os.path.join(self.quarantine_dir, f"{os.path.basename(path)}.{int(time.time())}")
+        folder, name = os.path.split(os.path.abspath(path))
+        dest = f"{name}.{int(time.time())}"
         try:
-            os.replace(path, dest)
+            src, dst = open_dir(folder, create=False), -1
+            try:
+                dst = open_dir(self.quarantine_dir)
+                os.replace(name, dest, src_dir_fd=src, dst_dir_fd=dst)
+            finally:
+                os.close(src)
+                if dst >= 0:
+                    os.close(dst)
         except OSError as exc:
             self.log.error("quarantine failed", file=path, error=str(exc))
             return
-        self.log.error("record quarantined", file=path, moved_to=dest, reason=reason)
+        self.log.error("record quarantined", file=path, moved_to=os.path.join(self.quarantine_dir, dest),
+                       reason=reason)
 
     def quarantined(self):
-        try:
-            return sorted(n for n in os.listdir(self.quarantine_dir) if ".tmp" not in n)
-        except FileNotFoundError:
-            return []
+        return sorted(n for n in self._listdir(self.quarantine_dir) if ".tmp" not in n)
+
+    def stale_temp_files(self, age=STALE_TEMP_SECONDS):
+        """Temp files of ours (`<name>.tmp<hex>`) older than `age` seconds: left by a killed
+        process, since a live writer renames or removes its own within moments."""
+        old, found = time.time() - age, []
+        for folder in self.folders():
+            for name in self._listdir(folder):
+                if _TEMP_NAME.search(name):
+                    path = os.path.join(folder, name)
+                    try:
+                        if os.lstat(path).st_mtime < old:
+                            found.append(path)
+                    except OSError:
+                        continue
+        return sorted(found)
+
+    def remove_stale_temp_files(self):
+        """Remove stale_temp_files() (at daemon start); returns how many went."""
+        stale = self.stale_temp_files()
+        for path in stale:
+            self._unlink(path)
+        if stale:
+            self.log.info("stale temp files removed", count=len(stale))
+        return len(stale)
 
     # -- small documents --
     def _doc(self, name, default):
@@ -624,9 +870,6 @@ class Store:
         if merged.get("mode") not in MODE_LIMITS:
             merged["mode"] = "normal"
         return merged
-
-    def save_config(self, cfg):
-        write_json_atomic(self.path("config.json"), cfg)
 
     def rules(self):
         doc = self._doc("user_rules.json", {})
@@ -650,7 +893,7 @@ class Store:
         return doc
 
     def state(self):
-        doc = self._doc(os.path.join("db", "state.json"), {})
+        doc = self._doc(self.state_file, {})
         return doc if isinstance(doc, dict) else {}
 
     def bump(self, changed_ids, full=False, hot=None):
@@ -660,16 +903,46 @@ class Store:
         gen = int(state.get("generation", 0)) + 1
         changes = [c for c in state.get("changes", []) if isinstance(c, list)][-200:]
         changes.append([gen, "*" if full else sorted(set(changed_ids))])
-        write_json_atomic(os.path.join(self.db, "state.json"),
+        write_json_atomic(self.state_file,
                           {"schema": SCHEMA, "generation": gen, "changes": changes, "hot_thread": hot})
         return gen
+
+    # -- derived and generated files --
+    def write_synthesis(self, doc, now):
+        """Save a pre-compaction synthesis under db/synthesis/; returns its path."""
+        path = os.path.join(self.synthesis_dir, f"{new_id('s', now)}.json")
+        write_json_atomic(path, doc)
+        return path
+
+    def latest_synthesis(self):
+        for name in sorted((n for n in self._listdir(self.synthesis_dir) if n.endswith(".json")), reverse=True):
+            try:
+                doc = read_json(os.path.join(self.synthesis_dir, name))
+                if isinstance(doc, dict):
+                    return doc
+            except (OSError, CorruptRecord):
+                continue
+        return None
+
+    def write_recall(self, query, text):
+        """Write a recall answer under cache/recall/; returns its path. The name is a slug of the
+        redacted query plus a sha256 prefix of it: no secret, no unsafe character in a file name."""
+        import hashlib
+        query = redact(query)
+        slug = re.sub(r"[^a-z0-9]+", "-", query.lower()).strip("-")[:60] or "recall"
+        path = os.path.join(self.recall_dir, f"{slug}-{hashlib.sha256(query.encode()).hexdigest()[:16]}.md")
+        write_bytes_atomic(path, (text if text.endswith("\n") else text + "\n").encode("utf-8"))
+        return path
+
+    def open_daemon_log(self):
+        """A descriptor appending to logs/daemon.log (the daemon's stderr), never through a link."""
+        return open_data_file(self.daemon_log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
     # -- inbox: the capture journal --
     def inbox_append(self, entry, name=None):
         """Durably record one capture before anything processes it. The file name orders
         entries and becomes the message id, which makes replays after a crash idempotent;
         a caller that may journal the same capture twice passes its own `name`."""
-        make_private_dir(self.inbox_dir)
         # Append time, not content time: ids keep the order of capture.
         name = name if valid_id(name) else new_id("c")
         entry = dict(entry, id=name, schema=SCHEMA)
@@ -677,10 +950,7 @@ class Store:
         return name
 
     def inbox_pending(self):
-        try:
-            names = [n for n in os.listdir(self.inbox_dir) if n.endswith(".json")]
-        except FileNotFoundError:
-            return []
+        names = [n for n in self._listdir(self.inbox_dir) if n.endswith(".json")]
         return [os.path.join(self.inbox_dir, n) for n in sorted(names)]
 
     def inbox_read(self, path):
@@ -2165,12 +2435,13 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
 
 def find_project(arg=None):
     """--project, else $CLAUDE_PROJECT_DIR, else the project whose .ai/ holds this script,
-    else the current directory."""
-    if arg:
-        return os.path.abspath(arg)
-    env = os.environ.get("CLAUDE_PROJECT_DIR")
-    if env:
-        return os.path.abspath(env)
+    else the current directory. A named project must be an existing folder: a typo must not
+    create a tree of folders."""
+    named = arg or os.environ.get("CLAUDE_PROJECT_DIR")
+    if named:
+        if not os.path.isdir(named):
+            raise UsageError(f"project folder not found: {named}")
+        return os.path.abspath(named)
     here = os.path.dirname(os.path.abspath(__file__))
     if os.path.basename(here) == ".ai":
         return os.path.dirname(here)
@@ -3178,18 +3449,64 @@ def source_label(source):
 
 
 def socket_path(store):
-    path = store.path("daemon.sock")
+    """Where the daemon's socket lives: daemon.sock in the data dir, where /proc/self/fd can
+    reach it however long its path (_at_socket). Elsewhere a path too long to bind moves to
+    the user's private runtime folder, named by the data dir's full sha256 (two projects
+    never share one)."""
+    if len(store.socket_file.encode()) <= MAX_SOCKET_PATH or os.path.isdir("/proc/self/fd"):
+        return store.socket_file
+    import hashlib
+    key = hashlib.sha256(store.dir.encode()).hexdigest()
+    xdg = os.environ.get("XDG_RUNTIME_DIR") or ""
+    try:
+        if os.path.isabs(xdg) and stat_is_private_dir(os.lstat(xdg)):
+            return os.path.join(xdg, f"{APP}-{key}.sock")
+    except OSError:
+        pass
+    return os.path.join(private_tmp_dir(store), f"{key}.sock")
+
+
+def private_tmp_dir(store):
+    """/tmp/ai_smartness-<uid>, made by us: whoever owns that folder could take the socket
+    over, so one that another user made (or a link, or a shared mode) is refused."""
+    folder = os.path.join("/tmp", f"{APP}-{os.getuid()}")
+    try:
+        os.mkdir(folder, 0o700)
+        os.chmod(folder, 0o700)  # whatever the umask; in sticky /tmp nobody can swap it meanwhile
+    except FileExistsError:
+        pass
+    if not stat_is_private_dir(os.lstat(folder)):
+        store.log.error("socket folder refused: not a private folder of this user", folder=folder)
+        raise DaemonError(f"socket folder {folder} is not a private folder of this user")
+    return folder
+
+
+def _at_socket(path, use):
+    """use(address), `use` being a socket's bind or connect: an address too long for sun_path
+    goes through /proc/self/fd/<its folder's descriptor>."""
     if len(path.encode()) <= MAX_SOCKET_PATH:
-        return path
-    import zlib
-    short = os.path.join("/tmp", f"{APP}-{os.getuid()}")
-    make_private_dir(short)
-    return os.path.join(short, f"{zlib.crc32(store.dir.encode()):08x}.sock")
+        return use(path)
+    folder, name = os.path.split(path)
+    fd = open_dir(folder, create=False)
+    try:
+        return use(f"/proc/self/fd/{fd}/{name}")
+    finally:
+        os.close(fd)
+
+
+def peer_uid(sock):
+    """The uid of the process at the other end of a unix socket (SO_PEERCRED), None where the
+    platform has no such option."""
+    opt = getattr(socket, "SO_PEERCRED", None)
+    if opt is None:
+        return None
+    creds = sock.getsockopt(socket.SOL_SOCKET, opt, 12)  # struct ucred: pid, uid, gid (3 ints)
+    return int.from_bytes(creds[4:8], sys.byteorder)
 
 
 def daemon_info(store):
     try:
-        info = read_json(store.path("daemon.json"))
+        info = read_json(store.daemon_file)
         return info if isinstance(info, dict) else {}
     except (OSError, CorruptRecord):
         return {}
@@ -3198,7 +3515,7 @@ def daemon_info(store):
 def daemon_alive(store):
     """True while some process holds the run lock."""
     try:
-        fd = os.open(store.path("daemon.run.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_data_file(store.run_lock_file, os.O_RDWR | os.O_CREAT)
     except OSError:
         return False
     try:
@@ -3211,12 +3528,18 @@ def daemon_alive(store):
 
 
 def request(store, cmd, timeout=2.0, **args):
-    """One request to the daemon. Never raises: failures come back as {"error": ...}."""
+    """One request to the daemon. Never raises: failures come back as {"error": ...}. Nothing
+    is sent to a socket held by another user's process."""
     sock = None
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
-        sock.connect(daemon_info(store).get("socket") or socket_path(store))
+        path = socket_path(store)
+        _at_socket(path, sock.connect)
+        uid = peer_uid(sock)
+        if uid is not None and uid != os.getuid():
+            store.log.error("daemon socket held by another user; nothing sent", socket=path, uid=uid)
+            return {"error": f"socket held by uid {uid}"}
         sock.sendall(json.dumps({"cmd": cmd, "version": VERSION, "args": args}).encode() + b"\n")
         chunks = []
         while True:
@@ -3228,7 +3551,7 @@ def request(store, cmd, timeout=2.0, **args):
                 break
         reply = json.loads(b"".join(chunks) or b"{}")
         return reply if isinstance(reply, dict) else {"error": "bad reply"}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, AiError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     finally:
         if sock is not None:
@@ -3238,7 +3561,7 @@ def request(store, cmd, timeout=2.0, **args):
 def start_daemon(store, project):
     """Start a detached daemon unless one is alive; returns "running", "started" or
     "retiring" (an old version was asked to stop). Does not wait for the model."""
-    fd = os.open(store.path("daemon.run.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_data_file(store.run_lock_file, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -3250,13 +3573,16 @@ def start_daemon(store, project):
     try:
         import subprocess
         # Nobody holds the lock: whatever status file or socket is left is stale.
-        for stale in (store.path("daemon.json"), socket_path(store)):
+        for stale in (store.daemon_file, socket_path(store)):
             Store._unlink(stale)
         env = dict(os.environ, AI_SMARTNESS_INTERNAL="1", AI_SMARTNESS_LOCK_FD=str(fd))
-        with open(os.path.join(store.logs_dir, "daemon.log"), "ab") as err:
+        err = store.open_daemon_log()
+        try:
             subprocess.Popen([sys.executable, os.path.abspath(__file__), "--project", project, "daemon", "run"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
                              pass_fds=(fd,), start_new_session=True, cwd=store.dir)
+        finally:
+            os.close(err)
         return "started"
     finally:
         os.close(fd)  # the child keeps the lock through its inherited copy
@@ -3346,6 +3672,7 @@ class Daemon:
         self.last_request = time.monotonic()
         self.started = time.time()
         self.processed = 0
+        self.retry_at, self.retry_delay = 0.0, 0.0  # drain back-off: see _retry_later
 
     def run(self):
         import threading
@@ -3358,12 +3685,13 @@ class Daemon:
         # runs Python, each such call waited up to the 5 ms default for it: embedding ran at
         # 11 captures/s instead of 14 beside a thread busy half the time (bench numbers).
         sys.setswitchinterval(0.0005)
+        self.store.remove_stale_temp_files()  # ours alone run now: any older one was killed
         path = socket_path(self.store)
         Store._unlink(path)
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
         try:
-            server.bind(path)
+            _at_socket(path, server.bind)
         finally:
             os.umask(old_umask)
         os.chmod(path, 0o600)
@@ -3379,7 +3707,7 @@ class Daemon:
             self.stopping.set()
             server.close()
             Store._unlink(path)
-            Store._unlink(self.store.path("daemon.json"))
+            Store._unlink(self.store.daemon_file)
             os.close(lock_fd)
             self.store.log.info("daemon stopped", processed=self.processed)
         return 0
@@ -3387,7 +3715,7 @@ class Daemon:
     def _take_lock(self):
         inherited = os.environ.pop("AI_SMARTNESS_LOCK_FD", None)
         fd = int(inherited) if inherited and inherited.isdigit() else \
-            os.open(self.store.path("daemon.run.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            open_data_file(self.store.run_lock_file, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a no-op when inherited
         except OSError:
@@ -3396,7 +3724,7 @@ class Daemon:
         return fd
 
     def _write_status(self):
-        write_json_atomic(self.store.path("daemon.json"), {
+        write_json_atomic(self.store.daemon_file, {
             "schema": SCHEMA, "pid": os.getpid(), "socket": self.socket, "version": VERSION,
             "started_at": iso(self.started), "ready": self.ready,
             "model": self.mem.embedder.id if self.mem and self.mem.embedder else None})
@@ -3436,6 +3764,8 @@ class Daemon:
         captures whose vectors are ready (at most DRAIN_BATCH), under the memory lock, which
         is released between passes and taken only when no request waits for it."""
         texts = {}  # inbox path -> its text (None: unreadable), read once
+        if time.monotonic() < self.retry_at:
+            return  # backing off after a transient error: see _retry_later
         while not self.stopping.is_set():
             paths = self.store.inbox_pending()[:DRAIN_BATCH]
             if not paths:
@@ -3472,7 +3802,10 @@ class Daemon:
                 self.mem.flush_index(force=True)  # the inbox is empty: settle the digest
 
     def _text_of(self, path):
-        entry = self.store.inbox_read(path)
+        try:
+            entry = self.store.inbox_read(path)
+        except OSError:
+            return None  # drain() reads it again and meets the error: see _drain_failed
         return entry["text"] if entry else None
 
     def _ready(self, texts, paths):
@@ -3526,21 +3859,39 @@ class Daemon:
         return _Serving(self)
 
     def _drain_failed(self, exc):
-        """A batch raised. The memory may be half-updated: reload it from disk, then retry the
-        oldest entry alone. If that one still fails and is still journaled, it is quarantined so
-        that one bad capture cannot block every later one; None when the fault lies elsewhere."""
+        """A batch raised. The memory may be half-updated: reload it from disk. A transient I/O
+        error (is_transient: a full disk...) says nothing about the captures: all stay journaled
+        and the drain waits (_retry_later). Otherwise the oldest entry is retried alone; if it
+        still fails and is still journaled, it is quarantined so that one bad capture cannot
+        block every later one. None when the fault lies elsewhere."""
         import traceback
+        self.mem.loaded = False
+        if is_transient(exc):
+            return self._retry_later(exc)
         self.store.log.error("drain failed", error=repr(exc), trace=traceback.format_exc()[-2000:])
         first = self.store.inbox_pending()[:1]
-        self.mem.loaded = False
         try:
             return self.mem.drain(batch=1, once=True)
         except Exception as again:
             self.mem.loaded = False
+            if is_transient(again):
+                return self._retry_later(again)
             if first and os.path.exists(first[0]):
                 self.store.quarantine(first[0], f"capture failed twice: {again!r}")
                 return {}
             return None
+
+    def _retry_later(self, exc):
+        """No drain before `retry_at`: the wait doubles from DRAIN_RETRY_SECONDS[0] up to [1]
+        while the error lasts, and starts over after a stretch without one."""
+        first, longest = DRAIN_RETRY_SECONDS
+        now = time.monotonic()
+        recent = now - self.retry_at < 2 * self.retry_delay
+        self.retry_delay = min(longest, 2 * self.retry_delay) if recent else first
+        self.retry_at = now + self.retry_delay
+        self.store.log.error("drain postponed: transient I/O error", error=repr(exc),
+                             retry_in=self.retry_delay, pending=len(self.store.inbox_pending()))
+        return None
 
     def _accept_loop(self, server):
         import threading
@@ -3764,21 +4115,7 @@ def recall_query(payload, project):
 
 
 def recall_file(store, query, text):
-    """Write a recall answer under cache/recall/ with a name made only of safe characters."""
-    import zlib
-    slug = re.sub(r"[^a-z0-9]+", "-", query.lower()).strip("-")[:60] or "recall"
-    folder = os.path.join(store.cache_dir, RECALL_DIR)
-    make_private_dir(folder)
-    path = os.path.join(folder, f"{slug}-{zlib.crc32(query.encode()):08x}.md")
-    write_json_free = text if text.endswith("\n") else text + "\n"
-    tmp = path + f".tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(write_json_free)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
-    return path
+    return store.write_recall(query, text)
 
 
 def context_output(event, text):
@@ -4001,25 +4338,13 @@ def logic_precompact(store, payload, mem):
     texts = [(r, redact(t)) for r, t in transcript_texts(payload.get("transcript_path"))]
     doc = build_synthesis(texts, digest(store), now, payload.get("trigger"), payload.get("custom_instructions"),
                           payload.get("session_id"))
-    make_private_dir(store.synthesis_dir)
-    write_json_atomic(os.path.join(store.synthesis_dir, f"{new_id('s', now)}.json"), doc)
+    store.write_synthesis(doc, now)
     store.log.info("synthesis saved", decisions=len(doc["decisions"]), open=len(doc["open_questions"]))
     return ""
 
 
 def latest_synthesis(store):
-    try:
-        names = sorted(n for n in os.listdir(store.synthesis_dir) if n.endswith(".json"))
-    except FileNotFoundError:
-        return None
-    for name in reversed(names):
-        try:
-            doc = read_json(os.path.join(store.synthesis_dir, name))
-            if isinstance(doc, dict):
-                return doc
-        except (OSError, CorruptRecord):
-            continue
-    return None
+    return store.latest_synthesis()
 
 
 HOOK_LOGIC = {"start": logic_start, "inject": logic_inject, "pretool": logic_pretool, "capture": logic_capture,
@@ -4042,6 +4367,7 @@ def trim_strings(value, limit=60000):
 
 def run_hook(name, project_arg=None):
     """Entry point of every hook process. Always returns 0."""
+    os.umask(0o077)  # whatever we create is private, whatever umask Claude Code runs with
     store = None
     # _signal is signal without its enum wrappers, which take a millisecond to build.
     import _signal as signal
@@ -4432,6 +4758,7 @@ COMMANDS = {"capture": do_capture, "status": do_status, "threads": do_threads, "
 
 
 def main(argv=None):
+    os.umask(0o077)  # whatever we create is private, whatever umask the shell has
     argv = sys.argv[1:] if argv is None else list(argv)
     # Hooks skip argparse: they are on Claude Code's critical path.
     project = None
