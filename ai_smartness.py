@@ -129,6 +129,10 @@ TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS
 STALE_TEMP_SECONDS = 300
 # Back-off of the daemon's drain after a transient error: first and longest wait, in seconds.
 DRAIN_RETRY_SECONDS = (1.0, 60.0)
+# Where a socket path too long to bind is reached (see _at_socket), and the shared folder
+# used where that does not exist.
+PROC_FD_DIR = "/proc/self/fd"
+SOCKET_TMP_ROOT = "/tmp"
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -3453,7 +3457,7 @@ def socket_path(store):
     reach it however long its path (_at_socket). Elsewhere a path too long to bind moves to
     the user's private runtime folder, named by the data dir's full sha256 (two projects
     never share one)."""
-    if len(store.socket_file.encode()) <= MAX_SOCKET_PATH or os.path.isdir("/proc/self/fd"):
+    if len(store.socket_file.encode()) <= MAX_SOCKET_PATH or os.path.isdir(PROC_FD_DIR):
         return store.socket_file
     import hashlib
     key = hashlib.sha256(store.dir.encode()).hexdigest()
@@ -3469,7 +3473,7 @@ def socket_path(store):
 def private_tmp_dir(store):
     """/tmp/ai_smartness-<uid>, made by us: whoever owns that folder could take the socket
     over, so one that another user made (or a link, or a shared mode) is refused."""
-    folder = os.path.join("/tmp", f"{APP}-{os.getuid()}")
+    folder = os.path.join(SOCKET_TMP_ROOT, f"{APP}-{os.getuid()}")
     try:
         os.mkdir(folder, 0o700)
         os.chmod(folder, 0o700)  # whatever the umask; in sticky /tmp nobody can swap it meanwhile
@@ -3489,7 +3493,7 @@ def _at_socket(path, use):
     folder, name = os.path.split(path)
     fd = open_dir(folder, create=False)
     try:
-        return use(f"/proc/self/fd/{fd}/{name}")
+        return use(f"{PROC_FD_DIR}/{fd}/{name}")
     finally:
         os.close(fd)
 
