@@ -275,7 +275,8 @@ def test_a_symlinked_record_is_quarantined_not_read(store, outside):
 
 
 def test_reading_a_record_never_follows_a_symlink(store, outside):
-    os.symlink(outside / "victim", store.path("config.json"))
+    (outside / "config.json").write_text(json.dumps({"language": "fr"}))
+    os.symlink(outside / "config.json", store.path("config.json"))
     with pytest.raises(ais.CorruptRecord):
         ais.read_json(store.path("config.json"))
 
