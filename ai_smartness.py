@@ -375,10 +375,13 @@ _DATA_DIRS = set()  # the data dirs of this process's Stores: below them no syml
 
 
 def _data_root(path):
-    for root in _DATA_DIRS:
-        if path == root or path.startswith(root + os.sep):
-            return root
-    return None
+    """The data dir `path` lies in (None: none); a look-up per ancestor, not a scan of them all."""
+    while path not in _DATA_DIRS:
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return path
 
 
 def _data_log(root, msg, **fields):
