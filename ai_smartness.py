@@ -133,6 +133,11 @@ DRAIN_RETRY_SECONDS = (1.0, 60.0)
 # used where that does not exist.
 PROC_FD_DIR = "/proc/self/fd"
 SOCKET_TMP_ROOT = "/tmp"
+# -- secrets --
+# Characters kept of a raw payload field (session id, end reason, compaction trigger).
+FIELD_CHARS = 200
+# Characters kept of /compact's custom instructions in a synthesis.
+INSTRUCTIONS_CHARS = 2000
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -987,33 +992,113 @@ _MARKUP_RE = LazyRe(
     r"\b[^>]*>.*?</\1>|<(?:ide_[a-z_]+|command-[a-z-]+)[^>]*/>|\x1b\[[0-9;?]*[ -/]*[@-~]", re.S)
 _CONTROL_RE = LazyRe(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")  # surrogates: not UTF-8
 _PREFIX_RE = LazyRe(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:\s*", re.I)
-# Secrets: each pattern keeps a harmless prefix (group 1) and replaces the secret itself.
+# Secrets: each pattern keeps a harmless prefix (group 1, when it has one) and replaces the
+# secret itself. Blocks first, then tokens known by their prefix, then the classes behind the
+# families without one: a secret-ish key followed by a value (env, JSON, YAML, CLI flag), a
+# credential on a command line, a URL's user-info. Every repeat is bounded or cannot backtrack,
+# so a megabyte of hostile text costs time in proportion to its length.
+_PW_KEY = (r"(?:password|passwd|passphrase|mot[_ ]de[_ ]passe|contraseña|[_-]pass|[_-]pwd)"
+           r"(?:[_-](?:hash|prod|dev|test|live|b64|base64|value))?")
+_SK_KEY = (r"(?:secret|token|credentials?|signature|(?:api|secret|private|access|master|account|encryption|"
+           r"signing|auth)key|(?-i:(?<![a-z])(?i:key)|(?<=[a-z])Key)|(?<![a-z])auth|(?<![a-z])sig)"
+           r"(?:[_-](?:id|base|value|b64|base64|data|prod|dev|test|live|v\d))?")
+_PW_WORDS = ("pass", "pwd", "mot de", "mot_de", "contrase")
+_SEP = r"[\"']?[ \t]*(?:=>|:=|[:=])[ \t]*"
+# A value that looks generated: 8+ characters with a digit and a letter, or 16+ in mixed case.
+# (The character class has no bracket: `tokens[i+1]` and `get_key()` are code, not values.)
+_GEN_CH = r"[A-Za-z0-9_\-+/=.~:%@]"
+_GEN = (rf"(?-i:(?!\[REDACTED|(?:~|\.{{1,2}})?/[\w.-]+/)(?:(?={_GEN_CH}{{0,200}}?\d)(?={_GEN_CH}{{0,200}}?[A-Za-z])"
+        rf"{_GEN_CH}{{8,}}|(?={_GEN_CH}{{0,200}}?[a-z])(?={_GEN_CH}{{0,200}}?[A-Z]){_GEN_CH}{{16,}}))")
+# A password: anything but a path or a reference, ending where a value ends (not at a bracket).
+_PW_VALUE = r"(?![\s\"']|\[REDACTED|\$|%\(|\{\{|<[\w-]+>|(?:~|\.{1,2})?/[\w.-]+/)[^\s\"'`,;()\[\]{}<>]{4,200}(?![^\s\"'`,;)\]}>])"
+def _tok(*prefixes):
+    """Prefixes of a token, each not preceded by a word character. The literal comes first, so
+    the regex engine jumps from one candidate to the next instead of testing every position."""
+    return "(?:" + "|".join(f"{re.escape(p)}(?<!\\w{re.escape(p)})" for p in prefixes) + ")"
+
+
+# (pattern, kind, words one of which the lower-cased text must contain for the pattern to run)
 _SECRET_PATTERNS = [
-    (r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", "private_key"),
-    (r"\b((?:[a-z][a-z0-9+.-]*)://[^\s:/@]+:)[^\s@/]+(?=@)", "url_password"),
-    (r"\bsk-ant-[A-Za-z0-9_-]{16,}", "anthropic_key"),
-    (r"\bsk-(?:proj-|live-|test-)?[A-Za-z0-9_-]{20,}", "api_key"),
-    (r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{22,}", "github_token"),
-    (r"\bglpat-[A-Za-z0-9_-]{20,}", "gitlab_token"),
-    (r"\bxox[abposr]-[A-Za-z0-9-]{10,}", "slack_token"),
-    (r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", "aws_key_id"),
-    (r"\bAIza[0-9A-Za-z_-]{35}", "google_api_key"),
-    (r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}", "stripe_key"),
-    (r"\bnpm_[A-Za-z0-9]{30,}", "npm_token"),
-    (r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", "jwt"),
-    (r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{16,}", "bearer_token"),
-    # `(?:\w*_)?` also catches environment names: DB_PASSWORD=, GITHUB_TOKEN=, AWS_SECRET_ACCESS_KEY=.
-    (r"(?i)\b((?:\w*_)?(?:password|passwd|pwd|mot[_ ]de[_ ]passe|contraseña)[\"']?\s*[:=]\s*[\"']?)"
-     r"(?!\[REDACTED)[^\s\"',;]{4,}", "password"),
-    # Other key=value secrets only when the value looks generated (a digit and 8+ characters, or
-    # 20+ characters), so prose like "refresh token: revoke the old one" stays readable.
-    (r"(?i)\b((?:\w*_)?(?:secret|token|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|client[_-]?secret|"
-     r"private[_-]?key|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED)"
-     r"(?=[^\s\"',;]*\d)[^\s\"',;]{8,}|\b((?:\w*_)?(?:secret|token|api[_-]?key|apikey|access[_-]?key|"
-     r"secret[_-]?key|client[_-]?secret|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED)[A-Za-z0-9_\-/+=.]{20,}",
-     "secret_value"),
+    (r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----.*?"
+     r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z)", "private_key", ("private key",)),
+    (r"(PuTTY-User-Key-File-\d{1,2}:[^\n]{0,200}\n).*?(?:Private-MAC:[ \t]*[0-9a-fA-F]+|\Z)", "putty_key", ("putty",)),
+    (_tok("sk-ant-") + r"[A-Za-z0-9_-]{16,}", "anthropic_key", ("sk-ant-",)),
+    (_tok("sk-") + r"(?:proj-|live-|test-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_-]{20,}", "api_key", ("sk-",)),
+    (_tok("ghp_", "gho_", "ghu_", "ghs_", "ghr_") + r"[A-Za-z0-9]{30,}|" + _tok("github_pat_") + r"[A-Za-z0-9_]{22,}",
+     "github_token", ("gh", "github_pat_")),
+    (_tok("glpat-", "glrt-", "gldt-", "glptt-", "glsoat-", "glft-", "glimt-", "glcbt-", "GR1348941")
+     + r"[A-Za-z0-9_-]{20,}", "gitlab_token", ("gl", "gr1348941")),
+    (_tok("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xoxe-") + r"[A-Za-z0-9-]{10,}|"
+     + _tok("xapp-") + r"\d-[A-Za-z0-9-]{10,}", "slack_token", ("xox", "xapp-")),
+    (r"(hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]{8,}"
+     r"|(discord(?:app)?\.com/api/webhooks/)[0-9]{1,30}/[A-Za-z0-9_-]{20,}", "webhook", ("hooks.slack", "webhooks/")),
+    (_tok("AKIA", "ASIA") + r"[0-9A-Z]{16}\b", "aws_key_id", ("akia", "asia")),
+    (_tok("AIza") + r"[0-9A-Za-z_-]{35}|" + _tok("GOCSPX-", "ya29.") + "[A-Za-z0-9_-]{20,}", "google_key",
+     ("aiza", "gocspx-", "ya29.")),
+    (_tok("sk_live_", "sk_test_", "rk_live_", "rk_test_", "pk_live_", "pk_test_") + r"[0-9A-Za-z]{16,}|"
+     + _tok("whsec_") + r"[A-Za-z0-9+/=]{20,}", "stripe_key", ("k_live_", "k_test_", "whsec_")),
+    (_tok("npm_") + r"[A-Za-z0-9]{30,}|" + _tok("pypi-") + r"[A-Za-z0-9_-]{50,}", "package_token", ("npm_", "pypi-")),
+    (_tok("dop_v1_", "doo_v1_", "dor_v1_") + r"[a-f0-9]{64}", "digitalocean_token", ("_v1_",)),
+    (_tok("hf_") + r"[A-Za-z0-9]{30,}", "huggingface_token", ("hf_",)),
+    (r"(?<![\w:])[0-9]{8,10}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])|(?<=bot)[0-9]{8,10}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])",
+     "telegram_token", (":",)),
+    (_tok("hvs.", "hvb.", "hvr.") + r"[A-Za-z0-9_-]{20,}", "vault_token", ("hvs.", "hvb.", "hvr.")),
+    (_tok("SG.") + r"[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}", "sendgrid_key", ("sg.",)),
+    (_tok("SK") + r"[0-9a-fA-F]{32}\b", "twilio_key", ("sk",)),
+    (_tok("shpat_", "shpss_", "shpca_", "shppa_") + r"[a-fA-F0-9]{32}", "shopify_token", ("shp",)),
+    (_tok("dapi") + r"[a-f0-9]{32}\b|" + _tok("PMAK-") + r"[a-f0-9]{24}-[a-f0-9]{34}|"
+     + _tok("lin_api_") + r"[A-Za-z0-9]{40}|" + _tok("ntn_", "gsk_", "sntrys_", "sntryu_", "ATATT")
+     + r"[A-Za-z0-9+/=_-]{40,}|" + _tok("AGE-SECRET-KEY-1") + r"[0-9A-Z]{50,}|"
+     + _tok("dp.st.", "dp.ct.", "dp.sa.", "dp.scim.", "dp.audit.", "dp.pt.", "r8_") + r"[A-Za-z0-9_-]{30,}|"
+     + _tok("sbp_") + r"[a-f0-9]{40}|" + _tok("sq0atp-", "sq0csp-") + r"[A-Za-z0-9_-]{22,}|"
+     + _tok("NRAK-") + r"[A-Z0-9]{20,}|" + _tok("glsa_") + r"[A-Za-z0-9_]{32,}|" + _tok("key-")
+     + r"[0-9a-zA-Z]{32}\b|(?<![\w-])[0-9a-f]{32}-us[0-9]{1,2}\b", "api_token",
+     ("dapi", "pmak-", "lin_api_", "ntn_", "gsk_", "sntry", "atatt", "age-secret", "dp.", "r8_", "sbp_", "sq0",
+      "nrak-", "glsa_", "key-", "-us")),
+    (_tok("eyJ") + r"[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", "jwt", ("eyj",)),
+    (r"(?i)(?=b)\b(bearer\s+)[A-Za-z0-9._~+/=-]{16,}", "bearer_token", ("bearer",)),
+    (r"(?i)(?=[pa])(\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?(?:[A-Za-z-]{1,20}[ \t]+)?)"
+     r"(?!\[REDACTED)[^\s\"',;]{8,}", "authorization", ("authorization",)),
+    (r"(?=B)(\bBasic[ \t]+)(?=[A-Za-z0-9+/]{0,200}?[0-9+/=])[A-Za-z0-9+/]{12,}={0,2}", "basic_auth", ("basic",)),
+    # The password runs to the last @ before a host, so one holding / or @ goes whole, and the
+    # user may be empty (redis://:pw@host).
+    (r"((?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,20}://[^\s:/@\"'<>]{0,100}:)(?!\[REDACTED)"
+     r"[^\s\"'<>]{1,200}(?=@[A-Za-z0-9._-]{1,253}(?::[0-9]{1,5})?(?:[/?#\s\"'<>)\],;]|$))", "url_password", ("://",)),
+    # Credentials on a command line.
+    (r"(?=[mdphsbrcwv])(\b(?:mysql|mysqldump|mariadb|mysqladmin|mysqlimport)\b[^\n|;&]{0,200}?[ \t]-p)['\"]?(?![\s'\"-])[^\s'\"]+"
+     r"|(\bsshpass[ \t]+-p[ \t]*)['\"]?[^\s'\"]+"
+     r"|(\b(?:docker|podman|helm|skopeo|buildah)\b[^\n|;&]{0,100}?\blogin\b[^\n|;&]{0,200}?[ \t](?:-p|--password)"
+     r"[ \t=]+)['\"]?(?!-)[^\s'\"]+"
+     r"|(\bredis-cli\b[^\n|;&]{0,200}?[ \t](?:-a|--pass)[ \t]+)['\"]?[^\s'\"]+"
+     r"|(\b(?:curl|wget)\b[^\n|;&]{0,300}?[ \t](?:-u|--user)[ \t=]*['\"]?[^\s:'\"]{1,100}:)[^\s'\"]{1,200}"
+     r"|(\bvault[ \t]+login[ \t]+(?:-\S{1,100}[ \t]+){0,5})(?![-\[])[^\s'\"]{8,}"
+     r"|(\bmachine[ \t]+\S{1,200}[ \t]+login[ \t]+\S{1,200}[ \t]+password[ \t]+)\S+", "cli_password",
+     ("mysql", "mariadb", "sshpass", "login", "redis-cli", "curl", "wget")),
+    (r"(?i)(<[\w:.-]{0,40}?(?:password|passwd|secret|token|api[_-]?key)>)[^<\n]{1,200}(?=</)", "xml_secret", ("</",)),
+    # key = value, "key": "value", key: value, --key value. A password is any quoted value (multi
+    # word too) or any unquoted one; other secret-ish keys only take generated-looking values,
+    # so prose such as "refresh token: revoke the old one" stays readable.
+    (rf"(?i)(?=[pmc_-])({_PW_KEY}{_SEP}\")(?!\[REDACTED)[^\"\n]{{1,200}}(?=\")|({_PW_KEY}{_SEP}')(?!\[REDACTED)[^'\n]{{1,200}}(?=')",
+     "password", _PW_WORDS),
+    (rf"(?i)(?=[pmc_-])({_PW_KEY}{_SEP})" + _PW_VALUE, "password", _PW_WORDS),
+    (rf"(?i)(--?[A-Za-z0-9-]{{0,30}}?{_PW_KEY}[ \t]+['\"]?)" + _PW_VALUE, "password", _PW_WORDS),
+    (rf"(?i)(?=[stcakpme])(private[_-]?key[_-]?id{_SEP}[\"']?|{_SK_KEY}{_SEP}[\"']?)" + _GEN, "secret_value",
+     ("secret", "token", "key", "auth", "sig", "credential")),
+    (rf"(?i)(--?[A-Za-z0-9-]{{0,30}}?(?:token|secret|api-?key|access-key|secret-key|auth)[ \t]+['\"]?)" + _GEN,
+     "secret_value", ("--", "-")),
 ]
-_SECRET_RES = [(LazyRe(p, re.S), kind) for p, kind in _SECRET_PATTERNS]
+_SECRET_RES = [(LazyRe(p, re.S), kind, words) for p, kind, words in _SECRET_PATTERNS]
+# The base64 of a secret (docker "auth", `echo $TOKEN | base64`): decoded and checked.
+_BASE64_RE = LazyRe(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{24,8192}={0,2}(?![A-Za-z0-9+/=])")
+_PRINTABLE_RE = LazyRe(r"[\t\n\r\x20-\x7e]*")
+# The next line of a key split across lines (a wrapped terminal line, a folded env value).
+_CONTINUED_RE = LazyRe(r"(\[REDACTED:[a-z_]+\][ \t]*\\?\r?\n[ \t]*)(?=[A-Za-z0-9_+/=-]{0,200}?[0-9])"
+                       r"[A-Za-z0-9_+/=-]{8,}(?:[ \t]*\\?\r?\n[ \t]*[A-Za-z0-9_+/=-]{8,}(?=[ \t]*(?:\r?\n|$)))*"
+                       r"(?=[ \t]*(?:\r?\n|$))")
+# Recently redacted texts: a text redacted once (the hook, then the capture, then the cutters)
+# is not scanned again. Redaction is idempotent, so an output is its own redaction.
+_REDACTED = {}
+_REDACTED_MAX = 64
 
 STOPWORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being below
@@ -1057,10 +1142,75 @@ def strip_markup(text):
 
 
 def redact(text):
-    """Replace secrets by [REDACTED:kind] before anything is stored."""
-    for pattern, kind in _SECRET_RES:
+    """Replace secrets by [REDACTED:kind]. Runs on the whole raw text, before any cut: a cut
+    inside a secret leaves a piece that no pattern recognises."""
+    if not text or text in _REDACTED:
+        return text
+    out = _redact_patterns(text)
+    out = _BASE64_RE.sub(_redact_base64, out)
+    out = _CONTINUED_RE.sub(lambda m: m.group(1) + "[REDACTED:continued]", out)
+    if len(out) >= 256:
+        if len(_REDACTED) >= _REDACTED_MAX:
+            _REDACTED.clear()
+        _REDACTED[out] = True
+    return out
+
+
+def _redact_patterns(text):
+    lower = text.lower()
+    for pattern, kind, words in _SECRET_RES:
+        if not any(w in lower for w in words):
+            continue
         text = pattern.sub(lambda m, k=kind: next((g for g in m.groups() if g), "") + f"[REDACTED:{k}]", text)
     return text
+
+
+def _redact_base64(match):
+    import base64
+    import binascii
+    run = match.group(0)
+    try:
+        decoded = base64.b64decode(run + "=" * (-len(run) % 4)).decode("ascii")
+    except (binascii.Error, ValueError):
+        return run
+    if _PRINTABLE_RE.fullmatch(decoded) and _redact_patterns(decoded) != decoded:
+        return "[REDACTED:base64_secret]"
+    return run
+
+
+def redact_value(value):
+    """Every string of a JSON-like value redacted (log records, nested fields)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(str(k)): redact_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_value(v) for v in value]
+    return value
+
+
+def clean_field(value, limit=FIELD_CHARS):
+    """A raw payload field (session_id, reason, trigger, custom_instructions) as it may be
+    stored: any JSON type becomes short text without control characters or lone surrogates,
+    redacted before it is cut. None stays None; a list or object too long to keep whole is
+    dropped rather than cut unredacted."""
+    if value is None:
+        return None
+    if isinstance(value, (dict, list)):
+        try:
+            value = json.dumps(value, ensure_ascii=False)
+        except (ValueError, RecursionError):
+            return ""
+        if len(value) > MAX_CAPTURE_CHARS:
+            return ""
+    text = _CONTROL_RE.sub("", value if isinstance(value, str) else str(value))
+    return cut_redacted(text, limit)
+
+
+def cut_redacted(text, limit):
+    """text redacted, then cut to `limit` characters (with … when cut)."""
+    text = redact(text)
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
 def is_json_metadata(text):
@@ -1100,9 +1250,9 @@ def clean_for_storage(text, limit=MAX_MESSAGE_CHARS):
     """The one path every stored text goes through: size cap, markup, redaction."""
     if not isinstance(text, str):
         text = str(text)
-    text = strip_markup(text[:MAX_CAPTURE_CHARS])
+    text = strip_markup(redact(text)[:MAX_CAPTURE_CHARS])
     text = _PREFIX_RE.sub("", text)
-    text = redact(text)
+    text = redact(text)  # markup removed can join what it separated
     if len(text) > limit:
         text = text[: limit - 1].rstrip() + "…"
     return text
