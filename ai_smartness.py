@@ -695,6 +695,45 @@ class Store:
             self.quarantine(path, str(exc))
             return None
 
+    # -- records read by the memory engine --
+    def thread_path(self, tid):
+        return os.path.join(self.threads_dir, tid + ".json")
+
+    def bridge_path(self, bid):
+        return os.path.join(self.bridges_dir, bid + ".json")
+
+    def read_thread(self, tid):
+        """A thread record; FileNotFoundError or CorruptRecord when there is none to use."""
+        return check_thread(read_json(self.thread_path(tid)))
+
+    def read_bridge(self, bid):
+        return check_bridge(read_json(self.bridge_path(bid)))
+
+    def read_digest(self):
+        """The threads of db/index.json ({} when it is missing or unreadable)."""
+        try:
+            doc = read_json(os.path.join(self.db, "index.json"))
+        except (OSError, CorruptRecord):
+            return {}
+        threads = doc.get("threads") if isinstance(doc, dict) else None
+        return threads if isinstance(threads, dict) else {}
+
+    def write_digest(self, data):
+        write_bytes_atomic(os.path.join(self.db, "index.json"), data)
+
+    def update_rules(self, fn):
+        """Read-modify-write of user_rules.json under rules.lock, the one lock every writer of
+        it takes (a drain adding rules must never write back a rule just removed): `fn(rules)`
+        changes the list in place and returns what the caller gets; nothing is written when it
+        raises."""
+        with FileLock(self.path("rules.lock"), timeout=2.0):
+            rules = self.rules()
+            before = list(rules)
+            out = fn(rules)
+            if rules != before:
+                self.save_rules(rules)
+        return out
+
 
 # ==== 4. Text: noise, redaction, tokens, extraction ====
 
@@ -2649,7 +2688,7 @@ class Memory:
         mid = "m" + entry["id"][1:]
         ext = EXTRACTOR.extract(entry["text"], entry["origin"], entry.get("file"))
         ext["topics"] = self.specific_topics(ext["topics"])
-        if entry["source"] == "prompt":
+        if entry["source"] == "prompt" and "rules" not in entry:  # "rules": stored when journaled
             self.add_rules(detect_rules(entry["text"]), now)
         candidates = self.candidates(vec)
         sims = [similarity(cos, ext["topics"], t.get("topics")) for t, cos in candidates]
@@ -2787,14 +2826,7 @@ class Memory:
         return drop
 
     def add_rules(self, texts, now):
-        if not texts:
-            return []
-        rules = self.store.rules()
-        added = merge_rules(rules, texts, now)
-        if added:
-            self.store.save_rules(rules)
-            self.store.log.info("user rules added", rules=[r["text"] for r in added])
-        return added
+        return add_rules_to_store(self.store, texts, now)
 
     # -- similarity and retrieval --
     def centroid_scores(self, qvec):
@@ -3789,12 +3821,9 @@ def context_output(event, text):
 def add_rules_to_store(store, texts, now):
     if not texts:
         return []
-    with FileLock(store.path("rules.lock"), timeout=2.0):
-        rules = store.rules()
-        added = merge_rules(rules, texts, now)
-        if added:
-            store.save_rules(rules)
-            store.log.info("user rules added", rules=[r["text"] for r in added])
+    added = store.update_rules(lambda rules: merge_rules(rules, texts, now))
+    if added:
+        store.log.info("user rules added", rules=[r["text"] for r in added])
     return added
 
 
@@ -4314,16 +4343,15 @@ def do_rules(cli, args):
         added = add_rules_to_store(store, [args.value.strip()], time.time())
         return emit(args, added, tr("rules_added" if added else "rules_exists", lang))
     if args.action == "remove":
-        with FileLock(store.path("rules.lock"), timeout=2.0):
-            rules = store.rules()
+        def remove(rules):
             try:
                 index = int(args.value or "") - 1
                 if not 0 <= index < len(rules):
                     raise ValueError
             except ValueError:
                 raise NotFound(tr("not_found", lang, what=args.value)) from None
-            removed = rules.pop(index)
-            store.save_rules(rules)
+            return rules.pop(index)
+        removed = store.update_rules(remove)
         return emit(args, removed, tr("rules_removed", lang, text=removed["text"]))
     rules = store.rules()
     return emit(args, rules, "\n".join(f"{i}. {r['text']}" for i, r in enumerate(rules, 1)) or tr("none", lang))
