@@ -120,6 +120,28 @@ TOOL_ORIGINS = {
     "WebFetch": "fetch", "WebSearch": "fetch",
 }
 RECALL_DIR = "recall"  # .ai/recall/<query> is the virtual path the model reads
+# -- memory --
+# Captures without a Claude Code session less than this many seconds apart form one conversation.
+SESSION_GAP_SECONDS = 1800
+# Topic tally of a thread: a topic's rank in a capture lowers its count by this step; the
+# thread shows its TOPICS_SHOWN best, and past TALLY_MAX topics only the TALLY_KEPT best stay.
+TOPIC_RANK_STEP, TOPICS_SHOWN, TALLY_MAX, TALLY_KEPT = 0.1, 8, 60, 40
+# A thread's summary: its first message cut to this length, then the latest capture's summary.
+SUMMARY_FIRST_CHARS, SUMMARY_LATEST_CHARS = 160, 140
+# Weight a thread gains each time it is used (a capture, a reactivation by recall).
+USE_BONUS = 0.1
+# Thread centroids a new capture is weighed against (every status).
+CANDIDATE_THREADS = 40
+# Related threads a capture may bridge to.
+BRIDGE_CANDIDATES = 5
+# Large stores: threads (by centroid and by best lexical match) whose messages get a dense score.
+DENSE_POOL_THREADS = 200
+# Messages ranked by base score before thread signals and fusion.
+BASE_POOL = 300
+# Recall lists a thread without message hits only when its similarity reaches this.
+RECALL_MIN_SIMILARITY = 0.2
+# Query texts whose embedding is kept: a prompt's capture reuses its query's vector.
+QUERY_CACHE_SIZE = 16
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -1763,7 +1785,6 @@ class LexicalIndex:
 
     def row_scores(self, query_terms):
         """{row: BM25 score} of the documents holding a query term."""
-        import math
         n = self.docs
         if not n:
             return {}
@@ -1774,7 +1795,7 @@ class LexicalIndex:
             post = self.postings.get(tok)
             if not post:
                 continue
-            idf = math.log(1 + (n - len(post) + 0.5) / (len(post) + 0.5))
+            idf = bm25_idf(n, len(post))
             for entry in post:
                 row, tf = entry >> 8, entry & 255
                 if tf == 255:
@@ -1790,7 +1811,6 @@ class LexicalIndex:
     def score_vector(self, np, query_terms, size):
         """row_scores() as a float64 vector of `size` rows, 0 where no query term occurs: the
         same operations in the same order, so the same numbers."""
-        import math
         out = np.zeros(size)
         n = self.docs
         if not n:
@@ -1801,7 +1821,7 @@ class LexicalIndex:
             post = self.postings.get(tok)
             if not post:
                 continue
-            idf = math.log(1 + (n - len(post) + 0.5) / (len(post) + 0.5))
+            idf = bm25_idf(n, len(post))
             # Buffer views are never bound to a name: an array exporting its buffer cannot grow.
             rows = np.frombuffer(post, np.uintc) >> 8
             tf = (np.frombuffer(post, np.uintc) & 255).astype(np.float64)
@@ -2051,6 +2071,44 @@ class VectorTable:
         return [(keys[row], score) for row, score in pairs]
 
 
+def decay(age, half_life):
+    """What is left of a value after `age` seconds, halved every `half_life` seconds."""
+    return 0.5 ** (max(0.0, age) / half_life)
+
+
+def bm25_idf(n, df):
+    """Okapi BM25's idf of a term found in `df` of `n` documents."""
+    import math
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def other_end(bridge, tid):
+    return bridge["target_id"] if bridge["source_id"] == tid else bridge["source_id"]
+
+
+def public(record):
+    """A record without its in-memory `_` keys: what is saved or shown."""
+    return {k: v for k, v in record.items() if not k.startswith("_")}
+
+
+def message_id(capture_id):
+    """The id of the message a journaled capture becomes (`c…` -> `m…`); any other id as is."""
+    return "m" + capture_id[1:] if capture_id[:1] == "c" else capture_id
+
+
+def recall_match(query, thread):
+    """How well a recall query names a thread, from words alone: a hook answering without the
+    daemon has no model, and both routes must reactivate the same threads for the same query.
+    similarity() with the cosine of the query's terms and the thread's title, topics and
+    summary terms (as sets)."""
+    import math
+    qterms = set(terms(query))
+    tterms = set(terms(" ".join([thread.get("title", ""), " ".join(thread.get("topics", [])),
+                                 thread.get("summary", "")])))
+    cos = len(qterms & tterms) / math.sqrt(len(qterms) * len(tterms)) if qterms and tterms else 0.0
+    return similarity(cos, EXTRACTOR.topics(query), thread.get("topics"))
+
+
 MONTHS = ("january february march april may june july august september october november december "
           "janvier février mars avril mai juin juillet août septembre octobre novembre décembre "
           "enero febrero marzo abril mayo junio julio agosto septiembre octubre noviembre diciembre").split()
@@ -2242,6 +2300,129 @@ def open_memory(project_dir, embedder=None):
     return Memory(data_dir_of(os.path.abspath(project_dir)), embedder=embedder)
 
 
+def partial_memory(store, query, extra=()):
+    """A lexical-only Memory over the threads whose digest entry best matches `query` (BM25 over
+    their index terms), plus the `extra` thread ids: what a hook can afford to load without
+    the daemon. Returns (the memory, the digest), so the caller never parses the digest again."""
+    threads = store.read_digest()
+    wanted = set(terms(query))
+    found, df = {}, {}
+    for tid, t in threads.items():
+        known = t.get("terms")
+        if known is None:  # a digest written before terms were stored in it
+            known = terms(" ".join([t.get("title", ""), " ".join(t.get("topics", [])), t.get("summary", "")]))
+        shared = wanted.intersection(known)
+        if shared:
+            found[tid] = shared
+            for term in shared:
+                df[term] = df.get(term, 0) + 1
+    n = len(threads)
+    scores = {tid: sum(bm25_idf(n, df[w]) for w in shared) for tid, shared in found.items()}
+    chosen = [tid for tid, _ in top_items(scores, 6)]
+    chosen += [tid for tid in extra if tid and tid not in chosen]
+    # Older digests carry no bridge ids: then every bridge is read.
+    bridges = None if any("bridges" not in t for t in threads.values()) else \
+        sorted({b for tid in chosen for b in threads.get(tid, {}).get("bridges", ())})
+    mem = Memory(store.dir, embedder="lexical")
+    mem.load_partial(chosen, bridges)
+    return mem, threads
+
+
+class _DictScoring:
+    """Message scores of one query by row, as dicts (stdlib): the base scores (BM25 blended with
+    dense cosine) of every matching message but `skip`, the thread cosines, and the fusion of
+    the best of them with per-message extras. _ArrayScoring is the same over numpy vectors, to
+    the same numbers and with the same ties."""
+
+    def __init__(self, mem, qvec, qterms, skip):
+        self.mem = mem
+        order, tkeys = mem.rows.keys.__getitem__, mem.thread_rows.keys
+        lexical = mem.lex.row_scores(qterms)
+        self.tcos = mem.tvec.row_scores(qvec)
+        if len(mem.mvec) <= FULL_SCAN_MESSAGES:
+            dense = mem.mvec.row_scores(qvec)
+        else:
+            # Large stores: dense scores for the messages of the closest threads and of the best
+            # lexical matches only, so a query costs the same at any memory size.
+            pool = set(top_rows(self.tcos, DENSE_POOL_THREADS, tkeys.__getitem__))
+            pool.update(mem.row_thread[row] for row in top_rows(lexical, DENSE_POOL_THREADS, order))
+            dense = mem.mvec.row_scores(qvec, [mem.rows.of[m["id"]] for tno in pool
+                                               for m in mem.threads[tkeys[tno]]["messages"]])
+        self.base = base_scores(lexical, dense, FUSION_WEIGHTS)
+        for row in skip:
+            self.base.pop(row, None)
+        self.empty = not self.base
+
+    def best(self, limit):
+        """The `limit` best (row, base score), best first."""
+        return best_rows(self.base, limit, self.mem.rows.keys.__getitem__)
+
+    def thread_cos(self, tid):
+        return self.tcos.get(self.mem.thread_rows.of.get(tid), 0.0)
+
+    def fuse(self, extras, limit, rank):
+        """The `limit` best (row, final score): every message of a small memory gets one, the
+        top FUSION_POOL of a large one (the rest cannot climb that far on bonuses worth 0.45
+        at most)."""
+        mem, base = self.mem, self.base
+        targets = None if len(base) <= FUSION_POOL else top_rows(base, FUSION_POOL, mem.rows.keys.__getitem__)
+        fused = fuse_scores(base, lambda r: (mem.row_prev[r], mem.row_next[r]), mem.row_session.__getitem__,
+                            extras, FUSION_WEIGHTS, targets)
+        return best_rows(fused, limit, rank)
+
+
+class _ArrayScoring:
+    """_DictScoring with numpy vectors indexed by row."""
+
+    def __init__(self, mem, qvec, qterms, skip):
+        self.mem, self.np = mem, mem.mvec.np
+        np = self.np
+        keys, tkeys = mem.rows.keys, mem.thread_rows.keys
+        order = keys.__getitem__
+        self.size = size = len(keys)
+        lexical = mem.lex.score_vector(np, qterms, size)
+        dense, present = np.zeros(size, np.float32), np.zeros(size, np.bool_)
+        self.tcos = self.tpresent = None
+        if qvec is not None and len(mem.tvec):
+            self.tcos, self.tpresent = mem.tvec.cosines(qvec)
+        if qvec is not None and len(mem.mvec) <= FULL_SCAN_MESSAGES:
+            dense, present = mem.mvec.cosines(qvec)
+        elif qvec is not None:  # as in _DictScoring
+            pool = np.zeros(len(tkeys) + 1, np.bool_)  # by thread row; the last: no thread (-1)
+            if self.tcos is not None:
+                trows = np.flatnonzero(self.tpresent)
+                pool[top_rows((trows, self.tcos[trows]), DENSE_POOL_THREADS, tkeys.__getitem__, np)] = True
+            lrows = np.flatnonzero(lexical)
+            # A copy, not a view: an array('i') exporting its buffer could not grow.
+            thread_of = np.frombuffer(mem.row_thread, np.intc).copy()
+            pool[thread_of[top_rows((lrows, lexical[lrows]), DENSE_POOL_THREADS, order, np)]] = True
+            pool[-1] = False
+            rows = np.flatnonzero(pool[thread_of])
+            dense[rows], present[rows] = mem.mvec.cosines_at(rows, qvec)
+        self.base, self.members = base_vector(np, lexical, dense, present, FUSION_WEIGHTS)
+        self.members[skip] = False
+        self.rows = np.flatnonzero(self.members)
+        self.empty = not len(self.rows)
+
+    def best(self, limit):
+        return best_rows((self.rows, self.base[self.rows]), limit, self.mem.rows.keys.__getitem__, self.np)
+
+    def thread_cos(self, tid):
+        row = self.mem.thread_rows.of.get(tid)
+        return float(self.tcos[row]) if self.tcos is not None and row is not None and self.tpresent[row] else 0.0
+
+    def fuse(self, extras, limit, rank):
+        np, mem, rows = self.np, self.mem, self.rows
+        targets = rows if len(rows) <= FUSION_POOL else top_rows((rows, self.base[rows]), FUSION_POOL,
+                                                                 mem.rows.keys.__getitem__, np)
+        extra = np.zeros(self.size)
+        extra[list(extras)] = list(extras.values())
+        prev, next_, session = (np.frombuffer(col, np.intc).copy()
+                                for col in (mem.row_prev, mem.row_next, mem.row_session))
+        fused = fuse_vector(np, self.base, self.members, prev, next_, session, extra, FUSION_WEIGHTS, targets)
+        return best_rows((targets, fused), limit, rank, np)
+
+
 class Memory:
     def __init__(self, data_dir, embedder=None, clock=time.time):
         self.store = Store(data_dir).ensure()
@@ -2256,10 +2437,18 @@ class Memory:
         self.clock = clock
         self.loaded = self.partial = False
         self.generation = None
+        # The digest (db/index.json) is written when due, at most every few seconds.
+        self._index_due, self._index_at, self._index_cost = False, 0.0, 0.0
+        # Lifecycle and pruning run when due (see _maintain).
+        self._maint_at, self._maint_now = -1e9, 0.0
+        self._decision_log = []  # a drain batch's decisions, logged once it is saved
+        self._qvecs = {}  # query text -> its embedding (see query_vector)
+        self._reset()
 
     # -- loading and coherence --
     def _reset(self):
         self.threads, self.msgs = {}, {}
+        self.bridges, self.links = {}, {}  # bridge id -> bridge; thread id -> its bridge ids
         # Every message has a row (see Rows), shared by the lexical index, the vector matrix and
         # the columns below: its thread (a row of `thread_rows`), its time, its session (a row
         # of `session_ids`), and its neighbours within the session (-1: none).
@@ -2273,7 +2462,6 @@ class Memory:
         self.last_mid = None
         self._memo = None
         self._shared = {}
-        self._qcache = (None, None)
         self._digest = {}  # thread id -> its encoded entry of db/index.json, until it changes
         self._hot = None
 
@@ -2294,27 +2482,26 @@ class Memory:
 
     def load_partial(self, thread_ids, bridge_ids=None):
         """Only these threads and bridges (all bridges when `bridge_ids` is None): what a hook
-        needs when the daemon is away."""
+        needs when the daemon is away. Its generation is the one before they were read, so a
+        refresh() replays only what changed since, and only for the records it holds."""
         self._reset()
-        self.bridges, self.links = {}, {}
+        self.generation = self.store.state().get("generation", 0)
         if bridge_ids is None:
             self._load_bridges()
         for bid in bridge_ids or ():
             try:
-                self._add_bridge(check_bridge(read_json(os.path.join(self.store.bridges_dir, bid + ".json"))))
+                self._add_bridge(self.store.read_bridge(bid))
             except (OSError, CorruptRecord):
                 continue
         for tid in thread_ids:
             try:
-                self._index_thread(check_thread(read_json(os.path.join(self.store.threads_dir, tid + ".json"))),
-                                   link=False)
-            except (FileNotFoundError, CorruptRecord, AiError):
+                self._index_thread(self.store.read_thread(tid), link=False)
+            except (OSError, CorruptRecord):
                 continue
         self._link_all()
         self.loaded = self.partial = True
 
     def _load_bridges(self):
-        self.bridges, self.links = {}, {}
         for bridge in self.store.iter_bridges():
             self._add_bridge(self._compact(bridge, ("source_id", "target_id", "relation_type", "reason")))
 
@@ -2342,22 +2529,25 @@ class Memory:
             return
         changes = [c for c in state.get("changes", []) if c[0] > (self.generation or 0)]
         if not changes or changes[0][0] != (self.generation or 0) + 1 or any(c[1] == "*" for c in changes):
-            self.load()
+            if self.partial:
+                self.load_partial(list(self.threads), list(self.bridges))
+            else:
+                self.load()
             return
         self._hot = None  # another process may have worked on a thread since
         for _, ids in changes:
             for rid in ids:
+                if self.partial and rid not in self.threads and rid not in self.bridges:
+                    continue  # a partial memory keeps to the records it was given
                 if rid.startswith("b"):
-                    path = os.path.join(self.store.bridges_dir, rid + ".json")
                     try:
-                        self._add_bridge(check_bridge(read_json(path)))
+                        self._add_bridge(self.store.read_bridge(rid))
                     except (FileNotFoundError, CorruptRecord):
                         self._drop_bridge(rid)
                 else:
                     self._unindex_thread(rid)
                     try:
-                        self._index_thread(check_thread(read_json(
-                            os.path.join(self.store.threads_dir, rid + ".json"))))
+                        self._index_thread(self.store.read_thread(rid))
                     except (FileNotFoundError, CorruptRecord):
                         pass
         self.generation = gen
@@ -2445,7 +2635,7 @@ class Memory:
 
     def _link(self, mid):
         """Place a message in its conversation: its session (the Claude Code session, else a
-        run of captures less than 30 minutes apart) and its neighbours there."""
+        run of captures less than SESSION_GAP_SECONDS apart) and its neighbours there."""
         import bisect
         row, msg = self.rows.of[mid], self.msgs[mid]
         key = msg.get("session")
@@ -2453,7 +2643,7 @@ class Memory:
         if not key:
             lrow = self.rows.of.get(last)
             if (lrow is not None and last < mid and not self.msgs[last].get("session")
-                    and abs(self.row_ts[row] - self.row_ts[lrow]) <= 1800):
+                    and abs(self.row_ts[row] - self.row_ts[lrow]) <= SESSION_GAP_SECONDS):
                 key = self.session_ids.keys[self.row_session[lrow]]
             else:
                 key = "g" + mid
@@ -2536,7 +2726,7 @@ class Memory:
 
     def serialize(self, thread):
         """The on-disk form: vectors encoded beside the model id that made them."""
-        out = {k: v for k, v in thread.items() if not k.startswith("_")}
+        out = public(thread)
         out["schema"] = SCHEMA
         vec = self.tvec.get(thread["id"])
         if vec is not None:
@@ -2546,7 +2736,7 @@ class Memory:
         msgs = []
         for msg in thread["messages"]:
             mvec = self.mvec.get(msg["id"])
-            clean = {k: v for k, v in msg.items() if not k.startswith("_")}
+            clean = public(msg)
             if mvec is not None:
                 clean["vec"] = vec_encode(mvec)
             elif msg.get("_stale_vec"):
@@ -2590,8 +2780,8 @@ class Memory:
     def flush_index(self, force=False):
         """db/index.json is rewritten at most every 3 s, and never more often than ten times
         its own cost apart: it is megabytes, and only hooks answering without the daemon read it."""
-        gap = max(3.0, 10 * getattr(self, "_index_cost", 0.0))
-        if getattr(self, "_index_due", False) and (force or time.monotonic() - getattr(self, "_index_at", 0.0) > gap):
+        gap = max(3.0, 10 * self._index_cost)
+        if self._index_due and (force or time.monotonic() - self._index_at > gap):
             self.write_index()
 
     def write_index(self):
@@ -2614,8 +2804,7 @@ class Memory:
                 part = self._digest[tid] = (json.dumps(tid) + ":" + json.dumps(
                     entry, ensure_ascii=False, separators=(",", ":"))).encode("utf-8")
             parts.append(part)
-        write_bytes_atomic(os.path.join(self.store.db, "index.json"),
-                           b'{"schema":%d,"threads":{%s}}' % (SCHEMA, b",".join(parts)))
+        self.store.write_digest(b'{"schema":%d,"threads":{%s}}' % (SCHEMA, b",".join(parts)))
         self._index_due, self._index_at = False, time.monotonic()
         self._index_cost = time.thread_time() - started
 
@@ -2628,9 +2817,6 @@ class Memory:
             return {"action": "SKIPPED", "reason": "noise"}
         cid = self.store.inbox_append(entry)
         return self.drain().get(cid, {"action": "QUEUED", "capture_id": cid})
-
-    def flush(self):
-        self.drain()
 
     def drain(self, batch=64, once=False, vectors=None, pause=None):
         """Process every journaled capture (only the oldest `batch` when `once`) in order under
@@ -2646,36 +2832,53 @@ class Memory:
                 paths = self.store.inbox_pending()[:batch]
                 if not paths:
                     break
-                entries = [(p, self.store.inbox_read(p)) for p in paths]
-                live = {p for p, e in entries if e is not None and ("m" + e["id"][1:]) not in self.msgs}
-                known = vectors or {}
-                missing = [e["text"] for p, e in entries if p in live and e["text"] not in known]
-                fresh = dict(zip(missing, self.embedder.embed(missing))) if missing else {}
-                touched_t, touched_b, done, newest = set(), set(), [], None
-                active = self._active_ids()
-                self._decision_log = []  # written once the batch is saved: a replay logs no twins
-                paused = False
-                for path, entry in entries:
-                    done.append(path)  # unreadable and already stored entries go too
-                    if path not in live:
-                        continue
-                    vec = known.get(entry["text"]) or fresh[entry["text"]]
-                    results[entry["id"]] = self._apply(entry, vec, touched_t, touched_b, active)
-                    newest = entry["ts"] if newest is None else max(newest, entry["ts"])
-                    if pause is not None and pause():
-                        paused = True
-                        break
-                # Idleness is measured against the newest content, so imported history
-                # ages by its own clock.
-                dropped_b = self._maintain(touched_t, self.clock() if newest is None else newest)
-                self.save(touched_t, touched_b - dropped_b, dropped_b)
-                for path in done:
-                    Store._unlink(path)
-                self.store.log.write_many(self._decision_log)
+                _, paused = self._drain_batch([(p, self.store.inbox_read(p)) for p in paths], vectors, pause, results)
                 if once or paused:
                     break
             self.flush_index(force=not once)
         return results
+
+    def drain_entries(self, entries, vectors=None, pause=None):
+        """drain(once=True) of the journal entries the caller listed and read, oldest first:
+        [(path, entry, or None when unreadable)]; nothing is listed or read again. Returns
+        (this batch's decisions by capture id, the journal paths it removed)."""
+        results = {}
+        with self.store.lock():
+            self.ensure_loaded()
+            done, _ = self._drain_batch(entries, vectors, pause, results)
+            self.flush_index()
+        return results, done
+
+    def _drain_batch(self, entries, vectors, pause, results):
+        """Apply one batch and save it; (the journal paths removed, whether `pause` ended it)."""
+        live = {p for p, e in entries if e is not None and message_id(e["id"]) not in self.msgs}
+        known = dict(vectors or {})
+        for p, e in entries:  # a prompt embedded as its query already
+            vec = self.cached_vector(e["text"]) if p in live else None
+            if vec is not None:
+                known.setdefault(e["text"], vec)
+        missing = list(dict.fromkeys(e["text"] for p, e in entries if p in live and e["text"] not in known))
+        known.update(zip(missing, self.embedder.embed(missing)) if missing else ())
+        touched_t, touched_b, done, newest = set(), set(), [], None
+        active = self._active_ids()
+        self._decision_log = []  # written once the batch is saved: a replay logs no twins
+        paused = False
+        for path, entry in entries:
+            done.append(path)  # unreadable and already stored entries go too
+            if path not in live:
+                continue
+            results[entry["id"]] = self._apply(entry, known[entry["text"]], touched_t, touched_b, active)
+            newest = entry["ts"] if newest is None else max(newest, entry["ts"])
+            if pause is not None and pause():
+                paused = True
+                break
+        # Idleness is measured against the newest content, so imported history ages by its own clock.
+        dropped_b = self._maintain(touched_t, self.clock() if newest is None else newest)
+        self.save(touched_t, touched_b - dropped_b, dropped_b)
+        for path in done:
+            Store._unlink(path)
+        self.store.log.write_many(self._decision_log)
+        return done, paused
 
     def _active_ids(self):
         """Ids of the active threads in thread order, as a dict: _apply keeps it current, so a
@@ -2685,7 +2888,7 @@ class Memory:
     def _apply(self, entry, vec, touched_t, touched_b, active):
         now = entry["ts"]
         cfg = self.cfg
-        mid = "m" + entry["id"][1:]
+        mid = message_id(entry["id"])
         ext = EXTRACTOR.extract(entry["text"], entry["origin"], entry.get("file"))
         ext["topics"] = self.specific_topics(ext["topics"])
         if entry["source"] == "prompt" and "rules" not in entry:  # "rules": stored when journaled
@@ -2706,8 +2909,6 @@ class Memory:
                 # Back among the active ones at its own place in thread order.
                 active.clear()
                 active.update(self._active_ids())
-            if action == "REACTIVATE":
-                thread.setdefault("reactivations", []).append(iso(now))
         else:
             parent = self.threads.get(decision.get("parent_id"))
             thread = self._new_thread(ext, "split" if parent else entry["origin"], now, parent)
@@ -2732,7 +2933,7 @@ class Memory:
                                    decision["score"], "forked sub-topic", 0, now))
         for bridge in new:
             self._add_bridge(bridge)
-        new += plan_bridges(thread["id"], related[:5], self.bridges_of, cfg, now, bridge_type(entry["text"]))
+        new += plan_bridges(thread["id"], related[:BRIDGE_CANDIDATES], self.bridges_of, cfg, now, bridge_type(entry["text"]))
         for bridge in new:
             self._add_bridge(bridge)
             touched_b.add(bridge["id"])
@@ -2761,7 +2962,7 @@ class Memory:
         tid = new_id("t", now)
         thread = {"schema": SCHEMA, "id": tid, "title": ext["title"], "status": "active", "messages": [],
                   "summary": ext["summary"], "topics": list(ext["topics"]), "topic_counts": {},
-                  "origin_type": origin, "drift_history": [], "parent_id": parent["id"] if parent else None,
+                  "origin_type": origin, "parent_id": parent["id"] if parent else None,
                   "child_ids": [], "weight": 0.5, "weight_at": now, "last_active": iso(now),
                   "created_at": iso(now), "embedding_model": self.embedder.id}
         self.threads[tid] = thread
@@ -2785,10 +2986,6 @@ class Memory:
             self._refresh_vectors(thread)
         centroid = self.tvec.get(tid)
         if centroid is not None:
-            cos = dot(centroid, vec)
-            if cos < 0.3:  # the thread is drifting away from where it was
-                thread["drift_history"].append({"ts": iso(now), "cosine": round(cos, 4), "topics": ext["topics"][:4]})
-                thread["drift_history"] = thread["drift_history"][-20:]
             n = len(thread["messages"])
             self.tvec[tid] = unit([(c * n + v) / (n + 1) for c, v in zip(centroid, vec)])
         else:
@@ -2799,22 +2996,21 @@ class Memory:
         self._link(msg["id"])
         counts = thread.setdefault("topic_counts", {})
         for rank, topic in enumerate(ext["topics"]):
-            counts[topic] = round(counts.get(topic, 0) + 1.0 - rank * 0.1, 3)
-        thread["topics"] = [t for t, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:8]]
-        if len(counts) > 60:  # keep the tally bounded
-            thread["topic_counts"] = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:40])
+            counts[topic] = round(counts.get(topic, 0) + 1.0 - rank * TOPIC_RANK_STEP, 3)
+        thread["topics"] = [t for t, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:TOPICS_SHOWN]]
+        if len(counts) > TALLY_MAX:  # keep the tally bounded
+            thread["topic_counts"] = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:TALLY_KEPT])
         first = thread["messages"][0]
-        thread["summary"] = shorten(first["text"], 160) + (
-            " … " + ext["summary"][:140] if len(thread["messages"]) > 1 else "")
+        thread["summary"] = shorten(first["text"], SUMMARY_FIRST_CHARS) + (
+            " … " + ext["summary"][:SUMMARY_LATEST_CHARS] if len(thread["messages"]) > 1 else "")
         if ts_of(thread, "last_active") < now:
             thread["last_active"] = iso(now)
-        use_thread(thread, now, self.cfg["half_life_days"], 0.1)
+        use_thread(thread, now, self.cfg["half_life_days"], USE_BONUS)
 
     def _maintain(self, touched_t, now):
         """Lifecycle and bridge pruning; returns the bridge ids dropped. Both scan everything,
         so they run once a minute, or when content time moved by more than a day."""
-        if (time.monotonic() - getattr(self, "_maint_at", -1e9) < 60
-                and now - getattr(self, "_maint_now", 0) < DAY):
+        if time.monotonic() - self._maint_at < 60 and now - self._maint_now < DAY:
             return set()
         self._maint_at, self._maint_now = time.monotonic(), now
         for tid, status in lifecycle_changes(self.threads.values(), now, self.cfg):
@@ -2829,26 +3025,34 @@ class Memory:
         return add_rules_to_store(self.store, texts, now)
 
     # -- similarity and retrieval --
-    def centroid_scores(self, qvec):
-        """Cosine of a vector with every thread centroid."""
-        return self.tvec.scores(qvec)
-
-    def candidates(self, vec, limit=40):
+    def candidates(self, vec, limit=CANDIDATE_THREADS):
         """Threads to weigh a new content against: best centroids of every status."""
         return [(self.threads[tid], c) for tid, c in self.tvec.top(vec, limit) if tid in self.threads]
 
     def query_vector(self, text):
+        """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
+        search of one prompt embed it once, and so does the drain storing it."""
         if self.embedder is None:
             return None
-        if self._qcache[0] == text:  # context and search of one prompt embed it once
-            return self._qcache[1]
-        try:
-            vec = self.embedder.embed([text])[0]
-        except Exception as exc:  # a broken model must not break retrieval: lexical only
-            self.store.log.error("embedding failed", error=repr(exc))
-            return None
-        self._qcache = (text, vec)
+        vec = self.cached_vector(text)
+        if vec is None:
+            try:
+                vec = self.embedder.embed([text])[0]
+            except Exception as exc:  # a broken model must not break retrieval: lexical only
+                self.store.log.error("embedding failed", error=repr(exc))
+                return None
+            self.remember_vector(text, vec)
         return vec
+
+    def cached_vector(self, text):
+        return self._qvecs.get(text)
+
+    def remember_vector(self, text, vec):
+        # Copied, then swapped in: request threads add while the drain reads, without a lock.
+        kept = dict(self._qvecs)
+        kept.pop(text, None)
+        kept[text] = vec
+        self._qvecs = dict(list(kept.items())[-QUERY_CACHE_SIZE:])
 
     def retrieve(self, query, limit=10, exclude=()):
         """Ranked messages for a query. One path for inject, recall and search:
@@ -2863,14 +3067,11 @@ class Memory:
         qvec = self.query_vector(query)
         keys = self.rows.keys
         skip = [self.rows.of[m] for m in exclude if m in self.rows.of]
-        np = self.mvec.np
-        if np is None:
-            scored = self._base_dicts(qvec, terms(query), skip)
-        else:
-            scored = self._base_arrays(np, qvec, terms(query), skip)
-        if scored is None:
+        backend = _DictScoring if self.mvec.np is None else _ArrayScoring
+        scoring = backend(self, qvec, terms(query), skip)
+        if scoring.empty:
             return [], {}
-        cand, tcos_of, fuse = scored
+        cand = scoring.best(BASE_POOL)
         # Thread-level signals for the candidate threads only.
         qtopics = EXTRACTOR.topics(query)
         thread_sim = {}
@@ -2878,11 +3079,11 @@ class Memory:
         for row, _ in cand:
             tid = tids[self.row_thread[row]]
             if tid not in thread_sim:
-                thread_sim[tid] = similarity(tcos_of(tid), qtopics, self.threads[tid].get("topics"))
+                thread_sim[tid] = similarity(scoring.thread_cos(tid), qtopics, self.threads[tid].get("topics"))
         top_thread = max(thread_sim.items(), key=lambda kv: kv[1])[0]
         bonus = {}
         for b in self.bridges_of(top_thread):
-            other = b["target_id"] if b["source_id"] == top_thread else b["source_id"]
+            other = other_end(b, top_thread)
             bonus[other] = max(bonus.get(other, 0.0), bridge_confidence(b, now, self.cfg["bridge_half_life_days"]))
         months, years = query_dates(query)
         half_life = self.cfg["half_life_days"] * DAY
@@ -2890,9 +3091,9 @@ class Memory:
         for row, _ in cand:
             tid, ts = tids[self.row_thread[row]], self.row_ts[row]
             extras[row] = (w["thread"] * thread_sim[tid] + w["bridge"] * bonus.get(tid, 0.0)
-                           + w["recency"] * 0.5 ** (max(0.0, now - ts) / half_life)
+                           + w["recency"] * decay(now - ts, half_life)
                            + (w["date"] if (months or years) and date_matches(ts, months, years) else 0.0))
-        best = fuse(extras, limit, lambda row: (row not in extras, keys[row]))
+        best = scoring.fuse(extras, limit, lambda row: (row not in extras, keys[row]))
         hits = []
         for row, score in best:
             mid, tid = keys[row], tids[self.row_thread[row]]
@@ -2901,82 +3102,6 @@ class Memory:
                          "timestamp": msg["ts"], "source": msg.get("source"), "file": msg.get("file"),
                          "title": self.threads[tid]["title"], "status": self.threads[tid]["status"]})
         return hits, thread_sim
-
-    def _base_dicts(self, qvec, qterms, skip):
-        """retrieve() without numpy: (the 300 best base scores, thread cosine by id, fusion)."""
-        order, tkeys = self.rows.keys.__getitem__, self.thread_rows.keys
-        lexical = self.lex.row_scores(qterms)
-        tcos = self.tvec.row_scores(qvec)
-        if len(self.mvec) <= FULL_SCAN_MESSAGES:
-            dense = self.mvec.row_scores(qvec)
-        else:
-            # Large stores: dense scores for the messages of the closest threads and of the best
-            # lexical matches only, so a query costs the same at any memory size.
-            pool = set(top_rows(tcos, 200, tkeys.__getitem__))
-            pool.update(self.row_thread[row] for row in top_rows(lexical, 200, order))
-            dense = self.mvec.row_scores(qvec, [self.rows.of[m["id"]] for tno in pool
-                                                for m in self.threads[tkeys[tno]]["messages"]])
-        base = base_scores(lexical, dense, FUSION_WEIGHTS)
-        for row in skip:
-            base.pop(row, None)
-        if not base:
-            return None
-
-        def fuse(extras, limit, rank):
-            # Final scores for the best base scores only: every message of a small memory, the
-            # top FUSION_POOL of a large one (the rest cannot climb that far on bonuses worth
-            # 0.45 at most).
-            targets = None if len(base) <= FUSION_POOL else top_rows(base, FUSION_POOL, order)
-            fused = fuse_scores(base, lambda r: (self.row_prev[r], self.row_next[r]), self.row_session.__getitem__,
-                                extras, FUSION_WEIGHTS, targets)
-            return best_rows(fused, limit, rank)
-        trow_of = self.thread_rows.of
-        return best_rows(base, 300, order), lambda tid: tcos.get(trow_of.get(tid), 0.0), fuse
-
-    def _base_arrays(self, np, qvec, qterms, skip):
-        """_base_dicts() with numpy vectors indexed by row."""
-        keys, tkeys = self.rows.keys, self.thread_rows.keys
-        order = keys.__getitem__
-        size = len(keys)
-        lexical = self.lex.score_vector(np, qterms, size)
-        dense, present = np.zeros(size, np.float32), np.zeros(size, np.bool_)
-        tcos = tpresent = None
-        if qvec is not None and len(self.tvec):
-            tcos, tpresent = self.tvec.cosines(qvec)
-        if qvec is not None and len(self.mvec) <= FULL_SCAN_MESSAGES:
-            dense, present = self.mvec.cosines(qvec)
-        elif qvec is not None:  # as in _base_dicts
-            pool = np.zeros(len(tkeys) + 1, np.bool_)  # by thread row; the last: no thread (-1)
-            if tcos is not None:
-                trows = np.flatnonzero(tpresent)
-                pool[top_rows((trows, tcos[trows]), 200, tkeys.__getitem__, np)] = True
-            lrows = np.flatnonzero(lexical)
-            # A copy, not a view: an array('i') exporting its buffer could not grow.
-            thread_of = np.frombuffer(self.row_thread, np.intc).copy()
-            pool[thread_of[top_rows((lrows, lexical[lrows]), 200, order, np)]] = True
-            pool[-1] = False
-            rows = np.flatnonzero(pool[thread_of])
-            dense[rows], present[rows] = self.mvec.cosines_at(rows, qvec)
-        base, members = base_vector(np, lexical, dense, present, FUSION_WEIGHTS)
-        members[skip] = False
-        rows = np.flatnonzero(members)
-        if not len(rows):
-            return None
-        trow_of = self.thread_rows.of
-
-        def tcos_of(tid):
-            row = trow_of.get(tid)
-            return float(tcos[row]) if tcos is not None and row is not None and tpresent[row] else 0.0
-
-        def fuse(extras, limit, rank):
-            targets = rows if len(rows) <= FUSION_POOL else top_rows((rows, base[rows]), FUSION_POOL, order, np)
-            extra = np.zeros(size)
-            extra[list(extras)] = list(extras.values())
-            prev, next_, session = (np.frombuffer(col, np.intc).copy()
-                                    for col in (self.row_prev, self.row_next, self.row_session))
-            fused = fuse_vector(np, base, members, prev, next_, session, extra, FUSION_WEIGHTS, targets)
-            return best_rows((targets, fused), limit, rank, np)
-        return best_rows((rows, base[rows]), 300, order, np), tcos_of, fuse
 
     def search(self, query, limit=10):
         return self.retrieve(query, limit)[0]
@@ -2987,12 +3112,14 @@ class Memory:
         return (f"[{format_date(ts_of(msg, 'ts'), self.lang)}] {source_label(msg.get('source'))}"
                 f"{msg['text'] if text is None else text}")
 
-    def context(self, prompt, budget=None, exclude=(), session_id=None):
+    def context(self, prompt, budget=None, exclude=()):
         """The memory injected with a prompt, within `budget` characters: rules, then the
-        best messages grouped under their thread, related threads, reminders."""
+        best messages grouped under their thread, related threads, reminders. `exclude`:
+        message or capture ids left out (a prompt journaled, maybe drained, before it is
+        answered)."""
         budget = budget or self.cfg["inject_budget"]
         now = self.clock()
-        hits, thread_sim = self.retrieve(prompt, limit=40, exclude=exclude)
+        hits, thread_sim = self.retrieve(prompt, limit=40, exclude=[message_id(i) for i in exclude])
         lang = self.lang
         head = tr("ctx_header", lang)
         tail = []
@@ -3029,8 +3156,7 @@ class Memory:
         related = self.related_threads(list(by_thread)[:1], exclude=set(by_thread), now=now)
         room = budget - sum(len(x) + 1 for x in lines) - sum(len(t) + 1 for t in tail)
         for rel in related[:3]:
-            line = shorten(tr("ctx_related", lang, title=rel["title"], kind=rel["kind"],
-                              conf=f"{rel['confidence']:.2f}", age=rel["age"]), 140)
+            line = shorten(render_related(rel, lang), 140)
             if len(line) + 1 <= room:
                 lines.append(line)
                 room -= len(line) + 1
@@ -3046,7 +3172,7 @@ class Memory:
         out = []
         for tid in thread_ids:
             for b in self.bridges_of(tid):
-                other = b["target_id"] if b["source_id"] == tid else b["source_id"]
+                other = other_end(b, tid)
                 if other in exclude or other not in self.threads:
                     continue
                 t = self.threads[other]
@@ -3071,19 +3197,17 @@ class Memory:
         for h in hits:
             if h["thread_id"] not in by_hits:
                 by_hits.append(h["thread_id"])
-        order = by_hits[:limit] + [tid for tid, s in ranked if s >= 0.2 and tid not in by_hits][:max(0, limit - len(by_hits))]
+        order = by_hits[:limit] + [tid for tid, s in ranked if s >= RECALL_MIN_SIMILARITY and tid not in by_hits][:max(0, limit - len(by_hits))]
         if not order:
             return tr("recall_none", lang, query=query)
         lines = [tr("recall_header", lang, query=query)]
         reactivated = []
         for tid in order[:limit]:
             t = self.threads[tid]
-            if t["status"] != "active" and thread_sim.get(tid, 0) >= self.cfg["thresholds"]["recall_reactivate"]:
+            if t["status"] != "active" and recall_match(query, t) >= self.cfg["thresholds"]["recall_reactivate"]:
                 reactivated.append(tid)
             lines.append("")
-            lines.append(tr("recall_thread", lang, title=t["title"], id=tid, status=tr("status_" + t["status"], lang),
-                            weight=f"{effective_weight(t, now, self.cfg['half_life_days']):.2f}",
-                            topics=", ".join(t.get("topics", [])), age=age_ago(now - ts_of(t, "last_active"), lang)))
+            lines.append(render_thread_header(t, now, lang, self.cfg["half_life_days"]))
             if tid in reactivated:
                 lines.append("  " + tr("recall_reactivated", lang))
             lines.append("  " + tr("recall_summary", lang, summary=t.get("summary", "")))
@@ -3094,8 +3218,7 @@ class Memory:
             lines.append("")
             lines.append(tr("recall_bridges", lang))
             for rel in related[:6]:
-                lines.append("  - " + tr("ctx_related", lang, title=rel["title"], kind=rel["kind"],
-                                         conf=f"{rel['confidence']:.2f}", age=rel["age"]))
+                lines.append("  - " + render_related(rel, lang))
         if reactivated:
             self.set_status(reactivated, "active")
         return "\n".join(lines)
@@ -3103,14 +3226,11 @@ class Memory:
     def thread_view(self, tid):
         now = self.clock()
         t = self.threads[tid]
-        lines = [tr("recall_thread", self.lang, title=t["title"], id=tid, status=tr("status_" + t["status"], self.lang),
-                    weight=f"{effective_weight(t, now, self.cfg['half_life_days']):.2f}",
-                    topics=", ".join(t.get("topics", [])), age=age_ago(now - ts_of(t, "last_active"), self.lang)),
+        lines = [render_thread_header(t, now, self.lang, self.cfg["half_life_days"]),
                  "  " + tr("recall_summary", self.lang, summary=t.get("summary", ""))]
         lines += ["  - " + shorten(self.item_line(m, now), 600) for m in t["messages"][-15:]]
         for rel in self.related_threads([tid], now=now)[:8]:
-            lines.append("  ~ " + tr("ctx_related", self.lang, title=rel["title"], kind=rel["kind"],
-                                     conf=f"{rel['confidence']:.2f}", age=rel["age"]))
+            lines.append("  ~ " + render_related(rel, self.lang))
         return "\n".join(lines)
 
     def set_status(self, thread_ids, status):
@@ -3121,9 +3241,8 @@ class Memory:
                 t = self.threads[tid]
                 t["status"] = status
                 if status == "active":
-                    use_thread(t, now, self.cfg["half_life_days"], 0.1)
+                    use_thread(t, now, self.cfg["half_life_days"], USE_BONUS)
                     t["last_active"] = iso(now)
-                    t.setdefault("reactivations", []).append(iso(now))
             self.save(thread_ids)
 
     def hot_thread(self):
@@ -3194,6 +3313,18 @@ class Memory:
                 "mixed_models": sorted(str(k) for k in models if k not in (None, self.embedder.id)),
                 "rules": len(self.store.rules()), "quarantined": self.store.quarantined(),
                 "inbox_pending": len(self.store.inbox_pending())}
+
+
+def render_thread_header(thread, now, lang, half_life_days):
+    """A thread's header line in recall and thread views."""
+    return tr("recall_thread", lang, title=thread["title"], id=thread["id"], status=tr("status_" + thread["status"], lang),
+              weight=f"{effective_weight(thread, now, half_life_days):.2f}",
+              topics=", ".join(thread.get("topics", [])), age=age_ago(now - ts_of(thread, "last_active"), lang))
+
+
+def render_related(rel, lang):
+    """A related thread (see Memory.related_threads) as one line."""
+    return tr("ctx_related", lang, title=rel["title"], kind=rel["kind"], conf=f"{rel['confidence']:.2f}", age=rel["age"])
 
 
 def source_label(source):
@@ -3442,7 +3573,7 @@ class Daemon:
         # brings up to date a digest that a killed daemon left behind.
         mem.write_index()
         mem.embedder.embed(["warm up"])
-        mem.centroid_scores(mem.query_vector("warm up"))
+        mem.candidates(mem.query_vector("warm up"))
         self.mem = mem
         for _ in range(embed_workers()):
             threading.Thread(target=self._embed_worker, daemon=True).start()
@@ -3467,17 +3598,22 @@ class Daemon:
         """Apply the inbox in order as the workers embed it: each pass takes the oldest
         captures whose vectors are ready (at most DRAIN_BATCH), under the memory lock, which
         is released between passes and taken only when no request waits for it."""
-        texts = {}  # inbox path -> its text (None: unreadable), read once
+        entries = {}  # inbox path -> its entry (None: unreadable), read once
         while not self.stopping.is_set():
-            paths = self.store.inbox_pending()[:DRAIN_BATCH]
+            paths = self.store.inbox_pending()[:DRAIN_BATCH]  # the one listing of a pass
             if not paths:
                 break
-            texts = {p: texts[p] if p in texts else self._text_of(p) for p in paths}
+            entries = {p: entries[p] if p in entries else self.store.inbox_read(p) for p in paths}
+            texts = {p: e["text"] if e else None for p, e in entries.items()}
             with self.embed_cv:
                 order = [texts[p] for p in paths if texts[p] is not None]
                 keep = set(order)
                 self.todo = order
                 self.vectors = {t: v for t, v in self.vectors.items() if t in keep}
+                for text in keep.difference(self.vectors):  # a prompt embedded as its query already
+                    vec = self.mem.cached_vector(text)
+                    if vec is not None:
+                        self.vectors[text] = vec
                 self.failed &= keep
                 self.embed_cv.notify_all()
                 deadline = time.monotonic() + 60
@@ -3489,23 +3625,21 @@ class Daemon:
                 vectors = dict(self.vectors)
             with self.lock:
                 try:
-                    done = self.mem.drain(batch=batch, once=True, vectors=vectors, pause=lambda: self.requests > 0)
+                    done, removed = self.mem.drain_entries([(p, entries[p]) for p in paths[:batch]], vectors,
+                                                           pause=lambda: self.requests > 0)
                 except Exception as exc:  # a daemon that dies here would be restarted by every hook
                     done = self._drain_failed(exc)
                     if done is None:
                         break  # not this entry's fault: retry on the next wake
+                    removed = self.store.inbox_pending()[:1] != paths[:1]
                 self.processed += len(done)
-            if self.store.inbox_pending()[:1] == paths[:1]:
+            if not removed:
                 break  # nothing was removed (cannot happen but for a failing disk): wait for a wake
         with self.embed_cv:
             self.todo, self.vectors, self.failed = [], {}, set()
         if self.mem is not None:
             with self.lock:
                 self.mem.flush_index(force=True)  # the inbox is empty: settle the digest
-
-    def _text_of(self, path):
-        entry = self.store.inbox_read(path)
-        return entry["text"] if entry else None
 
     def _ready(self, texts, paths):
         """How many of the oldest entries drain() can take now: leading ones whose vectors are
@@ -3655,7 +3789,12 @@ class Daemon:
             # lock, a prompt that comes during a drain waits for one capture's apply, not a batch.
             query = payload.get("prompt") if name == "inject" else recall_query(payload, os.path.dirname(self.store.dir))
             if isinstance(query, str) and query.strip():
-                self.mem.query_vector(query)
+                # A prompt is embedded as the text its capture stores, and that vector serves
+                # both its retrieval and its drain: one embedding per prompt.
+                text = clean_for_storage(query) if name == "inject" else query
+                vec = self.mem.query_vector(text)
+                if vec is not None and text != query:
+                    self.mem.remember_vector(query, vec)
             with self.lock:
                 out = HOOK_LOGIC[name](self.store, payload, self.mem)
         return {"ok": True, "stdout": out}
@@ -3745,32 +3884,8 @@ def hot_thread(store):
 
 
 def lexical_memory(store, query, extra=()):
-    """A lexical-only Memory over the threads whose digest best matches `query`: what a hook
-    can afford to load without the daemon."""
-    import math
-    threads = digest(store)
-    wanted = set(terms(query))
-    found, df = {}, {}
-    for tid, t in threads.items():
-        known = t.get("terms")
-        if known is None:  # a digest written before terms were stored in it
-            known = terms(" ".join([t.get("title", ""), " ".join(t.get("topics", [])), t.get("summary", "")]))
-        shared = wanted.intersection(known)
-        if shared:
-            found[tid] = shared
-            for term in shared:
-                df[term] = df.get(term, 0) + 1
-    n = len(threads)
-    scores = {tid: sum(math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5)) for w in shared)
-              for tid, shared in found.items()}
-    chosen = [tid for tid, _ in top_items(scores, 6)]
-    chosen += [tid for tid in extra if tid and tid not in chosen]
-    # Older digests carry no bridge ids: then every bridge is read.
-    bridges = None if any("bridges" not in t for t in threads.values()) else \
-        sorted({b for tid in chosen for b in threads.get(tid, {}).get("bridges", ())})
-    mem = Memory(store.dir, embedder="lexical")
-    mem.load_partial(chosen, bridges)
-    return mem
+    """A lexical-only Memory for a hook answering without the daemon (see partial_memory)."""
+    return partial_memory(store, query, extra)[0]
 
 
 def recall_query(payload, project):
