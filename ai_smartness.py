@@ -2423,7 +2423,12 @@ class _ArrayScoring:
         return best_rows((targets, fused), limit, rank, np)
 
 
-class Memory:
+class MemoryIndex:
+    """The memory in RAM: threads, bridges and messages, with the lexical index, the vectors and
+    the conversation columns that retrieval scores by row. Loads the store (all of it, or the
+    few records a hook needs), follows what other processes write (refresh) and keeps every
+    table coherent as threads and messages come and go. Writes nothing."""
+
     def __init__(self, data_dir, embedder=None, clock=time.time):
         self.store = Store(data_dir).ensure()
         self.cfg = self.store.config()
@@ -2436,13 +2441,7 @@ class Memory:
         self.embedder = embedder
         self.clock = clock
         self.loaded = self.partial = False
-        self.generation = None
-        # The digest (db/index.json) is written when due, at most every few seconds.
-        self._index_due, self._index_at, self._index_cost = False, 0.0, 0.0
-        # Lifecycle and pruning run when due (see _maintain).
-        self._maint_at, self._maint_now = -1e9, 0.0
-        self._decision_log = []  # a drain batch's decisions, logged once it is saved
-        self._qvecs = {}  # query text -> its embedding (see query_vector)
+        self.generation = None  # of the store (db/state.json) this memory reflects
         self._reset()
 
     # -- loading and coherence --
@@ -2724,6 +2723,32 @@ class Memory:
             self.rows.discard(mid)
         self.thread_rows.discard(tid)
 
+    def specific_topics(self, topics):
+        """Drop words found in a large share of all messages (a speaker's name, the project's
+        name): they name no topic and would glue unrelated threads together."""
+        n = self.lex.docs
+        if n < 50:
+            return topics
+        return [t for t in topics if self.lex.df(stem(t)) / n <= 0.3]
+
+    def candidates(self, vec, limit=CANDIDATE_THREADS):
+        """Threads to weigh a new content against: best centroids of every status."""
+        return [(self.threads[tid], c) for tid, c in self.tvec.top(vec, limit) if tid in self.threads]
+
+
+class MemoryWriter(MemoryIndex):
+    """Everything that changes the store, under the db lock: the capture journal drained into
+    threads (decisions, bridges, lifecycle), records saved with a new generation, the digest
+    for hooks without the daemon, status changes, forgetting, re-embedding."""
+
+    def __init__(self, data_dir, embedder=None, clock=time.time):
+        super().__init__(data_dir, embedder, clock)
+        # The digest (db/index.json) is written when due, at most every few seconds.
+        self._index_due, self._index_at, self._index_cost = False, 0.0, 0.0
+        # Lifecycle and pruning run when due (see _maintain).
+        self._maint_at, self._maint_now = -1e9, 0.0
+        self._decision_log = []  # a drain batch's decisions, logged once it is saved
+
     def serialize(self, thread):
         """The on-disk form: vectors encoded beside the model id that made them."""
         out = public(thread)
@@ -2808,7 +2833,6 @@ class Memory:
         self._index_due, self._index_at = False, time.monotonic()
         self._index_cost = time.thread_time() - started
 
-    # -- capture --
     def capture(self, text, source="prompt", file_path=None, at=None, session_id=None, origin=None):
         """Journal one capture, then process the journal. Returns this capture's decision,
         or {"action": "SKIPPED"} for noise."""
@@ -2950,14 +2974,6 @@ class Memory:
             "top": decision["top"], "borderline": decision["borderline"], "llm_used": False}))
         return decision
 
-    def specific_topics(self, topics):
-        """Drop words found in a large share of all messages (a speaker's name, the project's
-        name): they name no topic and would glue unrelated threads together."""
-        n = self.lex.docs
-        if n < 50:
-            return topics
-        return [t for t in topics if self.lex.df(stem(t)) / n <= 0.3]
-
     def _new_thread(self, ext, origin, now, parent=None):
         tid = new_id("t", now)
         thread = {"schema": SCHEMA, "id": tid, "title": ext["title"], "status": "active", "messages": [],
@@ -3024,11 +3040,68 @@ class Memory:
     def add_rules(self, texts, now):
         return add_rules_to_store(self.store, texts, now)
 
-    # -- similarity and retrieval --
-    def candidates(self, vec, limit=CANDIDATE_THREADS):
-        """Threads to weigh a new content against: best centroids of every status."""
-        return [(self.threads[tid], c) for tid, c in self.tvec.top(vec, limit) if tid in self.threads]
+    # -- status and maintenance --
+    def set_status(self, thread_ids, status):
+        with self.store.lock():
+            self.refresh()
+            now = self.clock()
+            for tid in thread_ids:
+                t = self.threads[tid]
+                t["status"] = status
+                if status == "active":
+                    use_thread(t, now, self.cfg["half_life_days"], USE_BONUS)
+                    t["last_active"] = iso(now)
+            self.save(thread_ids)
 
+    def forget(self, tid):
+        with self.store.lock():
+            self.ensure_loaded()
+            if tid not in self.threads:
+                raise NotFound(tid)
+            thread = self.threads[tid]
+            touched = set()
+            for other in self.threads.values():
+                if tid in other.get("child_ids", []):
+                    other["child_ids"].remove(tid)
+                    touched.add(other["id"])
+                if other.get("parent_id") == tid:
+                    other["parent_id"] = None
+                    touched.add(other["id"])
+            gone = [b["id"] for b in self.bridges_of(tid)]
+            for bid in gone:
+                self._drop_bridge(bid)
+            self._unindex_thread(tid)
+            touched.discard(tid)
+            self.save(touched, (), gone, [tid])
+            return thread
+
+    def reindex(self, progress=None):
+        """Recompute every vector with the current embedder."""
+        with self.store.lock():
+            self.load()
+            tids = list(self.threads)
+            done = 0
+            for tid in tids:
+                thread = self.threads[tid]
+                self._refresh_vectors(thread)
+                self.store.save_thread(self.serialize(thread))
+                done += 1
+                if progress:
+                    progress(done, len(tids))
+            self.write_index()
+            self.generation = self.store.bump([], full=True, hot=self.hot_id())
+            return done
+
+
+class Memory(MemoryWriter):
+    """The memory of one project (see open_memory): retrieval, one path for inject, recall and
+    search, and the texts made of it."""
+
+    def __init__(self, data_dir, embedder=None, clock=time.time):
+        super().__init__(data_dir, embedder, clock)
+        self._qvecs = {}  # query text -> its embedding (see query_vector)
+
+    # -- retrieval --
     def query_vector(self, text):
         """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
         search of one prompt embed it once, and so does the drain storing it."""
@@ -3233,62 +3306,10 @@ class Memory:
             lines.append("  ~ " + render_related(rel, self.lang))
         return "\n".join(lines)
 
-    def set_status(self, thread_ids, status):
-        with self.store.lock():
-            self.refresh()
-            now = self.clock()
-            for tid in thread_ids:
-                t = self.threads[tid]
-                t["status"] = status
-                if status == "active":
-                    use_thread(t, now, self.cfg["half_life_days"], USE_BONUS)
-                    t["last_active"] = iso(now)
-            self.save(thread_ids)
-
     def hot_thread(self):
         """The thread worked on last."""
         self.ensure_loaded()
         return max(self.threads.values(), key=lambda t: ts_of(t, "last_active"), default=None)
-
-    # -- maintenance commands --
-    def forget(self, tid):
-        with self.store.lock():
-            self.ensure_loaded()
-            if tid not in self.threads:
-                raise NotFound(tid)
-            thread = self.threads[tid]
-            touched = set()
-            for other in self.threads.values():
-                if tid in other.get("child_ids", []):
-                    other["child_ids"].remove(tid)
-                    touched.add(other["id"])
-                if other.get("parent_id") == tid:
-                    other["parent_id"] = None
-                    touched.add(other["id"])
-            gone = [b["id"] for b in self.bridges_of(tid)]
-            for bid in gone:
-                self._drop_bridge(bid)
-            self._unindex_thread(tid)
-            touched.discard(tid)
-            self.save(touched, (), gone, [tid])
-            return thread
-
-    def reindex(self, progress=None):
-        """Recompute every vector with the current embedder."""
-        with self.store.lock():
-            self.load()
-            tids = list(self.threads)
-            done = 0
-            for tid in tids:
-                thread = self.threads[tid]
-                self._refresh_vectors(thread)
-                self.store.save_thread(self.serialize(thread))
-                done += 1
-                if progress:
-                    progress(done, len(tids))
-            self.write_index()
-            self.generation = self.store.bump([], full=True, hot=self.hot_id())
-            return done
 
     def stats(self):
         """The numbers behind `status` and `health`."""
