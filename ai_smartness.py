@@ -3179,66 +3179,20 @@ class Memory(MemoryWriter):
     def search(self, query, limit=10):
         return self.retrieve(query, limit)[0]
 
-    def item_line(self, msg, now=None, text=None):
-        """One recalled message: its date, who said it when it was the agent, the text. How long
-        ago it was sits on its thread's header line."""
-        return (f"[{format_date(ts_of(msg, 'ts'), self.lang)}] {source_label(msg.get('source'))}"
-                f"{msg['text'] if text is None else text}")
-
     def context(self, prompt, budget=None, exclude=()):
-        """The memory injected with a prompt, within `budget` characters: rules, then the
-        best messages grouped under their thread, related threads, reminders. `exclude`:
-        message or capture ids left out (a prompt journaled, maybe drained, before it is
-        answered)."""
+        """The memory injected with a prompt, within `budget` characters (see render_context).
+        `exclude`: message or capture ids left out (a prompt journaled, maybe drained, before
+        it is answered)."""
         budget = budget or self.cfg["inject_budget"]
+        hits, _ = self.retrieve(prompt, limit=40, exclude=[message_id(i) for i in exclude])
         now = self.clock()
-        hits, thread_sim = self.retrieve(prompt, limit=40, exclude=[message_id(i) for i in exclude])
-        lang = self.lang
-        head = tr("ctx_header", lang)
-        tail = []
-        rules = self.store.rules()
-        if rules:
-            tail.append(shorten(tr("ctx_rules", lang) + " " +
-                                " ".join(f"({i}) {r['text']}" for i, r in enumerate(rules, 1)), budget // 4))
-        if self.cfg.get("guardcode"):
-            tail.append(tr("ctx_guardcode", lang))
-        fixed = len(head) + sum(len(t) + 1 for t in tail) + 1
-        headers = {}
-
-        def header(tid):
-            if tid not in headers:
-                t = self.threads[tid]
-                headers[tid] = tr("ctx_thread", lang, title=shorten(t["title"], 34),
-                                  status=tr("status_" + t["status"], lang),
-                                  age=age_ago(now - ts_of(t, "last_active"), lang))
-            return headers[tid]
-        qterms = terms(prompt)
-        # focus() keeps at least half of a text: a bound that lets packing skip rendering.
-        candidates = [dict(h, group=h["thread_id"], min_len=min(len(h["text"]), 150) // 2)
-                      for h in hits if h["score"] > 0]
-        # Each item is indented under its thread's header, which costs space once.
-        items = pack_items(candidates, max(0, budget - fixed), indent=4, group_cost=lambda g: len(header(g)) + 1,
-                           render=lambda h: self.item_line(self.msgs[h["message_id"]], text=focus(h["text"], qterms)))
-        by_thread = {}
-        for item in items:
-            by_thread.setdefault(item["thread_id"], []).append(item)
-        lines = [head]
-        for tid, group in by_thread.items():
-            lines.append(header(tid))
-            lines += ["  - " + i["line"] for i in group]
-        related = self.related_threads(list(by_thread)[:1], exclude=set(by_thread), now=now)
-        room = budget - sum(len(x) + 1 for x in lines) - sum(len(t) + 1 for t in tail)
-        for rel in related[:3]:
-            line = shorten(render_related(rel, lang), 140)
-            if len(line) + 1 <= room:
-                lines.append(line)
-                room -= len(line) + 1
-        lines += tail
-        text = "\n".join(lines)[:budget]
+        text, items = render_context(
+            hits, self.threads, self.msgs, lambda tids, skip: self.related_threads(tids, skip, now),
+            self.store.rules(), budget, terms(prompt), now, self.lang, self.cfg.get("guardcode"))
         return {"text": text, "message_ids": [i["message_id"] for i in items],
-                "thread_ids": list(by_thread), "items": [{"message_id": i["message_id"], "text": i["line"],
-                                                          "full_len": len(self.item_line(self.msgs[i["message_id"]], now))}
-                                                         for i in items]}
+                "thread_ids": list(dict.fromkeys(i["thread_id"] for i in items)),
+                "items": [{"message_id": i["message_id"], "text": i["line"],
+                           "full_len": len(item_line(self.msgs[i["message_id"]], self.lang))} for i in items]}
 
     def related_threads(self, thread_ids, exclude=(), now=None):
         now = now or self.clock()
@@ -3270,41 +3224,25 @@ class Memory(MemoryWriter):
         for h in hits:
             if h["thread_id"] not in by_hits:
                 by_hits.append(h["thread_id"])
-        order = by_hits[:limit] + [tid for tid, s in ranked if s >= RECALL_MIN_SIMILARITY and tid not in by_hits][:max(0, limit - len(by_hits))]
-        if not order:
-            return tr("recall_none", lang, query=query)
-        lines = [tr("recall_header", lang, query=query)]
-        reactivated = []
-        for tid in order[:limit]:
-            t = self.threads[tid]
-            if t["status"] != "active" and recall_match(query, t) >= self.cfg["thresholds"]["recall_reactivate"]:
-                reactivated.append(tid)
-            lines.append("")
-            lines.append(render_thread_header(t, now, lang, self.cfg["half_life_days"]))
-            if tid in reactivated:
-                lines.append("  " + tr("recall_reactivated", lang))
-            lines.append("  " + tr("recall_summary", lang, summary=t.get("summary", "")))
-            for h in [h for h in hits if h["thread_id"] == tid][:4]:
-                lines.append("  - " + shorten(self.item_line(self.msgs[h["message_id"]], now), 500))
-        related = self.related_threads(order[:limit], exclude=set(order[:limit]), now=now)
-        if related:
-            lines.append("")
-            lines.append(tr("recall_bridges", lang))
-            for rel in related[:6]:
-                lines.append("  - " + render_related(rel, lang))
+        order = by_hits[:limit] + [tid for tid, s in ranked
+                                   if s >= RECALL_MIN_SIMILARITY and tid not in by_hits][:max(0, limit - len(by_hits))]
+        shown = [self.threads[tid] for tid in order[:limit]]
+        threshold = self.cfg["thresholds"]["recall_reactivate"]
+        reactivated = [t["id"] for t in shown if t["status"] != "active" and recall_match(query, t) >= threshold]
+        messages = {}
+        for h in hits:
+            messages.setdefault(h["thread_id"], []).append(self.msgs[h["message_id"]])
+        text = render_recall(query, shown, {tid: m[:4] for tid, m in messages.items()},
+                             self.related_threads(order[:limit], set(order[:limit]), now), reactivated,
+                             now, lang, self.cfg["half_life_days"])
         if reactivated:
             self.set_status(reactivated, "active")
-        return "\n".join(lines)
+        return text
 
     def thread_view(self, tid):
         now = self.clock()
-        t = self.threads[tid]
-        lines = [render_thread_header(t, now, self.lang, self.cfg["half_life_days"]),
-                 "  " + tr("recall_summary", self.lang, summary=t.get("summary", ""))]
-        lines += ["  - " + shorten(self.item_line(m, now), 600) for m in t["messages"][-15:]]
-        for rel in self.related_threads([tid], now=now)[:8]:
-            lines.append("  ~ " + render_related(rel, self.lang))
-        return "\n".join(lines)
+        return render_thread(self.threads[tid], self.related_threads([tid], now=now), now, self.lang,
+                             self.cfg["half_life_days"])
 
     def hot_thread(self):
         """The thread worked on last."""
@@ -3334,6 +3272,82 @@ class Memory(MemoryWriter):
                 "mixed_models": sorted(str(k) for k in models if k not in (None, self.embedder.id)),
                 "rules": len(self.store.rules()), "quarantined": self.store.quarantined(),
                 "inbox_pending": len(self.store.inbox_pending())}
+
+
+def item_line(msg, lang, text=None):
+    """One recalled message: its date, who said it when it was the agent, the text (or `text`).
+    How long ago it was sits on its thread's header line."""
+    return f"[{format_date(ts_of(msg, 'ts'), lang)}] {source_label(msg.get('source'))}{msg['text'] if text is None else text}"
+
+
+def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, lang, guardcode):
+    """The text injected with a prompt, within `budget` characters: a header, the best `hits`
+    (focused on the query terms) packed under their thread's line, up to three threads
+    `related_of(thread ids, ids to skip)` to the first one, then the rules and reminders.
+    Returns (the text, the packed hits with their `line`)."""
+    head = tr("ctx_header", lang)
+    tail = []
+    if rules:
+        tail.append(shorten(tr("ctx_rules", lang) + " " +
+                            " ".join(f"({i}) {r['text']}" for i, r in enumerate(rules, 1)), budget // 4))
+    if guardcode:
+        tail.append(tr("ctx_guardcode", lang))
+    fixed = len(head) + sum(len(t) + 1 for t in tail) + 1
+    headers = {}
+
+    def header(tid):
+        if tid not in headers:
+            t = threads[tid]
+            headers[tid] = tr("ctx_thread", lang, title=shorten(t["title"], 34), status=tr("status_" + t["status"], lang),
+                              age=age_ago(now - ts_of(t, "last_active"), lang))
+        return headers[tid]
+    # focus() keeps at least half of a text: a bound that lets packing skip rendering.
+    candidates = [dict(h, group=h["thread_id"], min_len=min(len(h["text"]), 150) // 2) for h in hits if h["score"] > 0]
+    # Each item is indented under its thread's header, which costs space once.
+    items = pack_items(candidates, max(0, budget - fixed), indent=4, group_cost=lambda g: len(header(g)) + 1,
+                       render=lambda h: item_line(msgs[h["message_id"]], lang, focus(h["text"], qterms)))
+    by_thread = {}
+    for item in items:
+        by_thread.setdefault(item["thread_id"], []).append(item)
+    lines = [head]
+    for tid, group in by_thread.items():
+        lines.append(header(tid))
+        lines += ["  - " + i["line"] for i in group]
+    room = budget - sum(len(x) + 1 for x in lines) - sum(len(t) + 1 for t in tail)
+    for rel in related_of(list(by_thread)[:1], set(by_thread))[:3]:
+        line = shorten(render_related(rel, lang), 140)
+        if len(line) + 1 <= room:
+            lines.append(line)
+            room -= len(line) + 1
+    lines += tail
+    return "\n".join(lines)[:budget], items
+
+
+def render_recall(query, threads, messages, related, reactivated, now, lang, half_life_days):
+    """The text of a recall: the `threads` shown, in order, each with `messages[its id]`, then
+    the `related` threads bridged to them; `reactivated`: the ids the recall wakes up."""
+    if not threads:
+        return tr("recall_none", lang, query=query)
+    lines = [tr("recall_header", lang, query=query)]
+    for t in threads:
+        lines += ["", render_thread_header(t, now, lang, half_life_days)]
+        if t["id"] in reactivated:
+            lines.append("  " + tr("recall_reactivated", lang))
+        lines.append("  " + tr("recall_summary", lang, summary=t.get("summary", "")))
+        lines += ["  - " + shorten(item_line(m, lang), 500) for m in messages.get(t["id"], [])]
+    if related:
+        lines += ["", tr("recall_bridges", lang)]
+        lines += ["  - " + render_related(rel, lang) for rel in related[:6]]
+    return "\n".join(lines)
+
+
+def render_thread(thread, related, now, lang, half_life_days):
+    """The view of one thread: its header, summary, last 15 messages and related threads."""
+    lines = [render_thread_header(thread, now, lang, half_life_days),
+             "  " + tr("recall_summary", lang, summary=thread.get("summary", ""))]
+    lines += ["  - " + shorten(item_line(m, lang), 600) for m in thread["messages"][-15:]]
+    lines += ["  ~ " + render_related(rel, lang) for rel in related[:8]]
+    return "\n".join(lines)
 
 
 def render_thread_header(thread, now, lang, half_life_days):
