@@ -3607,8 +3607,7 @@ class Daemon:
         # Every digest entry encoded now, before any request can wait for it; this also
         # brings up to date a digest that a killed daemon left behind.
         mem.write_index()
-        mem.embedder.embed(["warm up"])
-        mem.candidates(mem.query_vector("warm up"))
+        mem.candidates(mem.query_vector("warm up"))  # the model's first call, and numpy's
         self.mem = mem
         for _ in range(embed_workers()):
             threading.Thread(target=self._embed_worker, daemon=True).start()

@@ -18,7 +18,20 @@ def fill(project):
 
 
 @pytest.fixture
-def daemon(project):
+def embedded(monkeypatch):
+    """The texts embedded, counted (patched before the daemon's workers bind the method)."""
+    counts = collections.Counter()
+    real = ais.FakeEmbedder.embed
+
+    def counting(self, texts):
+        counts.update(texts)
+        return real(self, texts)
+    monkeypatch.setattr(ais.FakeEmbedder, "embed", counting)
+    return counts
+
+
+@pytest.fixture
+def daemon(project, embedded):
     d = ais.Daemon(str(project))
     d.socket = d.store.path("daemon.sock")  # never bound: only the status file names it
     d._warm()
@@ -50,24 +63,18 @@ def test_the_daemon_lists_the_inbox_once_a_pass_and_reads_each_entry_once(daemon
     assert daemon.processed == n and daemon.store.inbox_pending() == []
 
 
-def test_a_prompt_is_embedded_once_for_its_retrieval_and_its_capture(daemon, monkeypatch):
-    embedded = collections.Counter()
-    real = ais.FakeEmbedder.embed
-
-    def counting(self, texts):
-        embedded.update(texts)
-        return real(self, texts)
-    monkeypatch.setattr(ais.FakeEmbedder, "embed", counting)
+def test_a_prompt_is_embedded_once_for_its_retrieval_and_its_capture(daemon, embedded):
     # Cleaning changes this prompt (markup, a secret): its capture stores another text.
     prompt = ("Why does the tokenizer cache miss on the parser module? token=ghp_Q7hZk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJ"
               "<system-reminder>internal</system-reminder>")
     stored = ais.prepare_capture(prompt, "prompt")["text"]
     assert stored != prompt
+    embedded.clear()  # the warm-up's
     reply = daemon.cmd_hook("inject", {"prompt": prompt, "session_id": "s1"})
     assert reply["ok"] and daemon.store.inbox_pending()
     daemon._drain()
     assert daemon.processed == 1 and daemon.store.inbox_pending() == []
-    assert embedded[stored] == 1 and embedded[prompt] == 0
+    assert sum(embedded.values()) == embedded[stored] == 1 and embedded[prompt] == 0
     assert any(m["text"] == stored for m in daemon.mem.msgs.values())
 
 
