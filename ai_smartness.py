@@ -138,6 +138,28 @@ SOCKET_TMP_ROOT = "/tmp"
 FIELD_CHARS = 200
 # Characters kept of /compact's custom instructions in a synthesis.
 INSTRUCTIONS_CHARS = 2000
+# -- memory --
+# Captures without a Claude Code session less than this many seconds apart form one conversation.
+SESSION_GAP_SECONDS = 1800
+# Topic tally of a thread: a topic's rank in a capture lowers its count by this step; the
+# thread shows its TOPICS_SHOWN best, and past TALLY_MAX topics only the TALLY_KEPT best stay.
+TOPIC_RANK_STEP, TOPICS_SHOWN, TALLY_MAX, TALLY_KEPT = 0.1, 8, 60, 40
+# A thread's summary: its first message cut to this length, then the latest capture's summary.
+SUMMARY_FIRST_CHARS, SUMMARY_LATEST_CHARS = 160, 140
+# Weight a thread gains each time it is used (a capture, a reactivation by recall).
+USE_BONUS = 0.1
+# Thread centroids a new capture is weighed against (every status).
+CANDIDATE_THREADS = 40
+# Related threads a capture may bridge to.
+BRIDGE_CANDIDATES = 5
+# Large stores: threads (by centroid and by best lexical match) whose messages get a dense score.
+DENSE_POOL_THREADS = 200
+# Messages ranked by base score before thread signals and fusion.
+BASE_POOL = 300
+# Recall lists a thread without message hits only when its similarity reaches this.
+RECALL_MIN_SIMILARITY = 0.2
+# Query texts whose embedding is kept: a prompt's capture reuses its query's vector.
+QUERY_CACHE_SIZE = 16
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -976,6 +998,45 @@ class Store:
         except CorruptRecord as exc:
             self.quarantine(path, str(exc))
             return None
+
+    # -- records read by the memory engine --
+    def thread_path(self, tid):
+        return os.path.join(self.threads_dir, tid + ".json")
+
+    def bridge_path(self, bid):
+        return os.path.join(self.bridges_dir, bid + ".json")
+
+    def read_thread(self, tid):
+        """A thread record; FileNotFoundError or CorruptRecord when there is none to use."""
+        return check_thread(read_json(self.thread_path(tid)))
+
+    def read_bridge(self, bid):
+        return check_bridge(read_json(self.bridge_path(bid)))
+
+    def read_digest(self):
+        """The threads of db/index.json ({} when it is missing or unreadable)."""
+        try:
+            doc = read_json(os.path.join(self.db, "index.json"))
+        except (OSError, CorruptRecord):
+            return {}
+        threads = doc.get("threads") if isinstance(doc, dict) else None
+        return threads if isinstance(threads, dict) else {}
+
+    def write_digest(self, data):
+        write_bytes_atomic(os.path.join(self.db, "index.json"), data)
+
+    def update_rules(self, fn):
+        """Read-modify-write of user_rules.json under rules.lock, the one lock every writer of
+        it takes (a drain adding rules must never write back a rule just removed): `fn(rules)`
+        changes the list in place and returns what the caller gets; nothing is written when it
+        raises."""
+        with FileLock(self.path("rules.lock"), timeout=2.0):
+            rules = self.rules()
+            before = list(rules)
+            out = fn(rules)
+            if rules != before:
+                self.save_rules(rules)
+        return out
 
 
 # ==== 4. Text: noise, redaction, tokens, extraction ====
@@ -2151,7 +2212,6 @@ class LexicalIndex:
 
     def row_scores(self, query_terms):
         """{row: BM25 score} of the documents holding a query term."""
-        import math
         n = self.docs
         if not n:
             return {}
@@ -2162,7 +2222,7 @@ class LexicalIndex:
             post = self.postings.get(tok)
             if not post:
                 continue
-            idf = math.log(1 + (n - len(post) + 0.5) / (len(post) + 0.5))
+            idf = bm25_idf(n, len(post))
             for entry in post:
                 row, tf = entry >> 8, entry & 255
                 if tf == 255:
@@ -2178,7 +2238,6 @@ class LexicalIndex:
     def score_vector(self, np, query_terms, size):
         """row_scores() as a float64 vector of `size` rows, 0 where no query term occurs: the
         same operations in the same order, so the same numbers."""
-        import math
         out = np.zeros(size)
         n = self.docs
         if not n:
@@ -2189,7 +2248,7 @@ class LexicalIndex:
             post = self.postings.get(tok)
             if not post:
                 continue
-            idf = math.log(1 + (n - len(post) + 0.5) / (len(post) + 0.5))
+            idf = bm25_idf(n, len(post))
             # Buffer views are never bound to a name: an array exporting its buffer cannot grow.
             rows = np.frombuffer(post, np.uintc) >> 8
             tf = (np.frombuffer(post, np.uintc) & 255).astype(np.float64)
@@ -2439,6 +2498,44 @@ class VectorTable:
         return [(keys[row], score) for row, score in pairs]
 
 
+def decay(age, half_life):
+    """What is left of a value after `age` seconds, halved every `half_life` seconds."""
+    return 0.5 ** (max(0.0, age) / half_life)
+
+
+def bm25_idf(n, df):
+    """Okapi BM25's idf of a term found in `df` of `n` documents."""
+    import math
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def other_end(bridge, tid):
+    return bridge["target_id"] if bridge["source_id"] == tid else bridge["source_id"]
+
+
+def public(record):
+    """A record without its in-memory `_` keys: what is saved or shown."""
+    return {k: v for k, v in record.items() if not k.startswith("_")}
+
+
+def message_id(capture_id):
+    """The id of the message a journaled capture becomes (`c…` -> `m…`); any other id as is."""
+    return "m" + capture_id[1:] if capture_id[:1] == "c" else capture_id
+
+
+def recall_match(query, thread):
+    """How well a recall query names a thread, from words alone: a hook answering without the
+    daemon has no model, and both routes must reactivate the same threads for the same query.
+    similarity() with the cosine of the query's terms and the thread's title, topics and
+    summary terms (as sets)."""
+    import math
+    qterms = set(terms(query))
+    tterms = set(terms(" ".join([thread.get("title", ""), " ".join(thread.get("topics", [])),
+                                 thread.get("summary", "")])))
+    cos = len(qterms & tterms) / math.sqrt(len(qterms) * len(tterms)) if qterms and tterms else 0.0
+    return similarity(cos, EXTRACTOR.topics(query), thread.get("topics"))
+
+
 MONTHS = ("january february march april may june july august september october november december "
           "janvier février mars avril mai juin juillet août septembre octobre novembre décembre "
           "enero febrero marzo abril mayo junio julio agosto septiembre octubre noviembre diciembre").split()
@@ -2631,7 +2728,135 @@ def open_memory(project_dir, embedder=None):
     return Memory(data_dir_of(os.path.abspath(project_dir)), embedder=embedder)
 
 
-class Memory:
+def partial_memory(store, query, extra=()):
+    """A lexical-only Memory over the threads whose digest entry best matches `query` (BM25 over
+    their index terms), plus the `extra` thread ids: what a hook can afford to load without
+    the daemon. Returns (the memory, the digest), so the caller never parses the digest again."""
+    threads = store.read_digest()
+    wanted = set(terms(query))
+    found, df = {}, {}
+    for tid, t in threads.items():
+        known = t.get("terms")
+        if known is None:  # a digest written before terms were stored in it
+            known = terms(" ".join([t.get("title", ""), " ".join(t.get("topics", [])), t.get("summary", "")]))
+        shared = wanted.intersection(known)
+        if shared:
+            found[tid] = shared
+            for term in shared:
+                df[term] = df.get(term, 0) + 1
+    n = len(threads)
+    scores = {tid: sum(bm25_idf(n, df[w]) for w in shared) for tid, shared in found.items()}
+    chosen = [tid for tid, _ in top_items(scores, 6)]
+    chosen += [tid for tid in extra if tid and tid not in chosen]
+    # Older digests carry no bridge ids: then every bridge is read.
+    bridges = None if any("bridges" not in t for t in threads.values()) else \
+        sorted({b for tid in chosen for b in threads.get(tid, {}).get("bridges", ())})
+    mem = Memory(store.dir, embedder="lexical")
+    mem.load_partial(chosen, bridges)
+    return mem, threads
+
+
+class _DictScoring:
+    """Message scores of one query by row, as dicts (stdlib): the base scores (BM25 blended with
+    dense cosine) of every matching message but `skip`, the thread cosines, and the fusion of
+    the best of them with per-message extras. _ArrayScoring is the same over numpy vectors, to
+    the same numbers and with the same ties."""
+
+    def __init__(self, mem, qvec, qterms, skip):
+        self.mem = mem
+        order, tkeys = mem.rows.keys.__getitem__, mem.thread_rows.keys
+        lexical = mem.lex.row_scores(qterms)
+        self.tcos = mem.tvec.row_scores(qvec)
+        if len(mem.mvec) <= FULL_SCAN_MESSAGES:
+            dense = mem.mvec.row_scores(qvec)
+        else:
+            # Large stores: dense scores for the messages of the closest threads and of the best
+            # lexical matches only, so a query costs the same at any memory size.
+            pool = set(top_rows(self.tcos, DENSE_POOL_THREADS, tkeys.__getitem__))
+            pool.update(mem.row_thread[row] for row in top_rows(lexical, DENSE_POOL_THREADS, order))
+            dense = mem.mvec.row_scores(qvec, [mem.rows.of[m["id"]] for tno in pool
+                                               for m in mem.threads[tkeys[tno]]["messages"]])
+        self.base = base_scores(lexical, dense, FUSION_WEIGHTS)
+        for row in skip:
+            self.base.pop(row, None)
+        self.empty = not self.base
+
+    def best(self, limit):
+        """The `limit` best (row, base score), best first."""
+        return best_rows(self.base, limit, self.mem.rows.keys.__getitem__)
+
+    def thread_cos(self, tid):
+        return self.tcos.get(self.mem.thread_rows.of.get(tid), 0.0)
+
+    def fuse(self, extras, limit, rank):
+        """The `limit` best (row, final score): every message of a small memory gets one, the
+        top FUSION_POOL of a large one (the rest cannot climb that far on bonuses worth 0.45
+        at most)."""
+        mem, base = self.mem, self.base
+        targets = None if len(base) <= FUSION_POOL else top_rows(base, FUSION_POOL, mem.rows.keys.__getitem__)
+        fused = fuse_scores(base, lambda r: (mem.row_prev[r], mem.row_next[r]), mem.row_session.__getitem__,
+                            extras, FUSION_WEIGHTS, targets)
+        return best_rows(fused, limit, rank)
+
+
+class _ArrayScoring:
+    """_DictScoring with numpy vectors indexed by row."""
+
+    def __init__(self, mem, qvec, qterms, skip):
+        self.mem, self.np = mem, mem.mvec.np
+        np = self.np
+        keys, tkeys = mem.rows.keys, mem.thread_rows.keys
+        order = keys.__getitem__
+        self.size = size = len(keys)
+        lexical = mem.lex.score_vector(np, qterms, size)
+        dense, present = np.zeros(size, np.float32), np.zeros(size, np.bool_)
+        self.tcos = self.tpresent = None
+        if qvec is not None and len(mem.tvec):
+            self.tcos, self.tpresent = mem.tvec.cosines(qvec)
+        if qvec is not None and len(mem.mvec) <= FULL_SCAN_MESSAGES:
+            dense, present = mem.mvec.cosines(qvec)
+        elif qvec is not None:  # as in _DictScoring
+            pool = np.zeros(len(tkeys) + 1, np.bool_)  # by thread row; the last: no thread (-1)
+            if self.tcos is not None:
+                trows = np.flatnonzero(self.tpresent)
+                pool[top_rows((trows, self.tcos[trows]), DENSE_POOL_THREADS, tkeys.__getitem__, np)] = True
+            lrows = np.flatnonzero(lexical)
+            # A copy, not a view: an array('i') exporting its buffer could not grow.
+            thread_of = np.frombuffer(mem.row_thread, np.intc).copy()
+            pool[thread_of[top_rows((lrows, lexical[lrows]), DENSE_POOL_THREADS, order, np)]] = True
+            pool[-1] = False
+            rows = np.flatnonzero(pool[thread_of])
+            dense[rows], present[rows] = mem.mvec.cosines_at(rows, qvec)
+        self.base, self.members = base_vector(np, lexical, dense, present, FUSION_WEIGHTS)
+        self.members[skip] = False
+        self.rows = np.flatnonzero(self.members)
+        self.empty = not len(self.rows)
+
+    def best(self, limit):
+        return best_rows((self.rows, self.base[self.rows]), limit, self.mem.rows.keys.__getitem__, self.np)
+
+    def thread_cos(self, tid):
+        row = self.mem.thread_rows.of.get(tid)
+        return float(self.tcos[row]) if self.tcos is not None and row is not None and self.tpresent[row] else 0.0
+
+    def fuse(self, extras, limit, rank):
+        np, mem, rows = self.np, self.mem, self.rows
+        targets = rows if len(rows) <= FUSION_POOL else top_rows((rows, self.base[rows]), FUSION_POOL,
+                                                                 mem.rows.keys.__getitem__, np)
+        extra = np.zeros(self.size)
+        extra[list(extras)] = list(extras.values())
+        prev, next_, session = (np.frombuffer(col, np.intc).copy()
+                                for col in (mem.row_prev, mem.row_next, mem.row_session))
+        fused = fuse_vector(np, self.base, self.members, prev, next_, session, extra, FUSION_WEIGHTS, targets)
+        return best_rows((targets, fused), limit, rank, np)
+
+
+class MemoryIndex:
+    """The memory in RAM: threads, bridges and messages, with the lexical index, the vectors and
+    the conversation columns that retrieval scores by row. Loads the store (all of it, or the
+    few records a hook needs), follows what other processes write (refresh) and keeps every
+    table coherent as threads and messages come and go. Writes nothing."""
+
     def __init__(self, data_dir, embedder=None, clock=time.time):
         self.store = Store(data_dir).ensure()
         self.cfg = self.store.config()
@@ -2644,11 +2869,13 @@ class Memory:
         self.embedder = embedder
         self.clock = clock
         self.loaded = self.partial = False
-        self.generation = None
+        self.generation = None  # of the store (db/state.json) this memory reflects
+        self._reset()
 
     # -- loading and coherence --
     def _reset(self):
         self.threads, self.msgs = {}, {}
+        self.bridges, self.links = {}, {}  # bridge id -> bridge; thread id -> its bridge ids
         # Every message has a row (see Rows), shared by the lexical index, the vector matrix and
         # the columns below: its thread (a row of `thread_rows`), its time, its session (a row
         # of `session_ids`), and its neighbours within the session (-1: none).
@@ -2662,7 +2889,6 @@ class Memory:
         self.last_mid = None
         self._memo = None
         self._shared = {}
-        self._qcache = (None, None)
         self._digest = {}  # thread id -> its encoded entry of db/index.json, until it changes
         self._hot = None
 
@@ -2683,27 +2909,26 @@ class Memory:
 
     def load_partial(self, thread_ids, bridge_ids=None):
         """Only these threads and bridges (all bridges when `bridge_ids` is None): what a hook
-        needs when the daemon is away."""
+        needs when the daemon is away. Its generation is the one before they were read, so a
+        refresh() replays only what changed since, and only for the records it holds."""
         self._reset()
-        self.bridges, self.links = {}, {}
+        self.generation = self.store.state().get("generation", 0)
         if bridge_ids is None:
             self._load_bridges()
         for bid in bridge_ids or ():
             try:
-                self._add_bridge(check_bridge(read_json(os.path.join(self.store.bridges_dir, bid + ".json"))))
+                self._add_bridge(self.store.read_bridge(bid))
             except (OSError, CorruptRecord):
                 continue
         for tid in thread_ids:
             try:
-                self._index_thread(check_thread(read_json(os.path.join(self.store.threads_dir, tid + ".json"))),
-                                   link=False)
-            except (FileNotFoundError, CorruptRecord, AiError):
+                self._index_thread(self.store.read_thread(tid), link=False)
+            except (OSError, CorruptRecord):
                 continue
         self._link_all()
         self.loaded = self.partial = True
 
     def _load_bridges(self):
-        self.bridges, self.links = {}, {}
         for bridge in self.store.iter_bridges():
             self._add_bridge(self._compact(bridge, ("source_id", "target_id", "relation_type", "reason")))
 
@@ -2731,22 +2956,25 @@ class Memory:
             return
         changes = [c for c in state.get("changes", []) if c[0] > (self.generation or 0)]
         if not changes or changes[0][0] != (self.generation or 0) + 1 or any(c[1] == "*" for c in changes):
-            self.load()
+            if self.partial:
+                self.load_partial(list(self.threads), list(self.bridges))
+            else:
+                self.load()
             return
         self._hot = None  # another process may have worked on a thread since
         for _, ids in changes:
             for rid in ids:
+                if self.partial and rid not in self.threads and rid not in self.bridges:
+                    continue  # a partial memory keeps to the records it was given
                 if rid.startswith("b"):
-                    path = os.path.join(self.store.bridges_dir, rid + ".json")
                     try:
-                        self._add_bridge(check_bridge(read_json(path)))
+                        self._add_bridge(self.store.read_bridge(rid))
                     except (FileNotFoundError, CorruptRecord):
                         self._drop_bridge(rid)
                 else:
                     self._unindex_thread(rid)
                     try:
-                        self._index_thread(check_thread(read_json(
-                            os.path.join(self.store.threads_dir, rid + ".json"))))
+                        self._index_thread(self.store.read_thread(rid))
                     except (FileNotFoundError, CorruptRecord):
                         pass
         self.generation = gen
@@ -2834,7 +3062,7 @@ class Memory:
 
     def _link(self, mid):
         """Place a message in its conversation: its session (the Claude Code session, else a
-        run of captures less than 30 minutes apart) and its neighbours there."""
+        run of captures less than SESSION_GAP_SECONDS apart) and its neighbours there."""
         import bisect
         row, msg = self.rows.of[mid], self.msgs[mid]
         key = msg.get("session")
@@ -2842,7 +3070,7 @@ class Memory:
         if not key:
             lrow = self.rows.of.get(last)
             if (lrow is not None and last < mid and not self.msgs[last].get("session")
-                    and abs(self.row_ts[row] - self.row_ts[lrow]) <= 1800):
+                    and abs(self.row_ts[row] - self.row_ts[lrow]) <= SESSION_GAP_SECONDS):
                 key = self.session_ids.keys[self.row_session[lrow]]
             else:
                 key = "g" + mid
@@ -2923,9 +3151,35 @@ class Memory:
             self.rows.discard(mid)
         self.thread_rows.discard(tid)
 
+    def specific_topics(self, topics):
+        """Drop words found in a large share of all messages (a speaker's name, the project's
+        name): they name no topic and would glue unrelated threads together."""
+        n = self.lex.docs
+        if n < 50:
+            return topics
+        return [t for t in topics if self.lex.df(stem(t)) / n <= 0.3]
+
+    def candidates(self, vec, limit=CANDIDATE_THREADS):
+        """Threads to weigh a new content against: best centroids of every status."""
+        return [(self.threads[tid], c) for tid, c in self.tvec.top(vec, limit) if tid in self.threads]
+
+
+class MemoryWriter(MemoryIndex):
+    """Everything that changes the store, under the db lock: the capture journal drained into
+    threads (decisions, bridges, lifecycle), records saved with a new generation, the digest
+    for hooks without the daemon, status changes, forgetting, re-embedding."""
+
+    def __init__(self, data_dir, embedder=None, clock=time.time):
+        super().__init__(data_dir, embedder, clock)
+        # The digest (db/index.json) is written when due, at most every few seconds.
+        self._index_due, self._index_at, self._index_cost = False, 0.0, 0.0
+        # Lifecycle and pruning run when due (see _maintain).
+        self._maint_at, self._maint_now = -1e9, 0.0
+        self._decision_log = []  # a drain batch's decisions, logged once it is saved
+
     def serialize(self, thread):
         """The on-disk form: vectors encoded beside the model id that made them."""
-        out = {k: v for k, v in thread.items() if not k.startswith("_")}
+        out = public(thread)
         out["schema"] = SCHEMA
         vec = self.tvec.get(thread["id"])
         if vec is not None:
@@ -2935,7 +3189,7 @@ class Memory:
         msgs = []
         for msg in thread["messages"]:
             mvec = self.mvec.get(msg["id"])
-            clean = {k: v for k, v in msg.items() if not k.startswith("_")}
+            clean = public(msg)
             if mvec is not None:
                 clean["vec"] = vec_encode(mvec)
             elif msg.get("_stale_vec"):
@@ -2979,8 +3233,8 @@ class Memory:
     def flush_index(self, force=False):
         """db/index.json is rewritten at most every 3 s, and never more often than ten times
         its own cost apart: it is megabytes, and only hooks answering without the daemon read it."""
-        gap = max(3.0, 10 * getattr(self, "_index_cost", 0.0))
-        if getattr(self, "_index_due", False) and (force or time.monotonic() - getattr(self, "_index_at", 0.0) > gap):
+        gap = max(3.0, 10 * self._index_cost)
+        if self._index_due and (force or time.monotonic() - self._index_at > gap):
             self.write_index()
 
     def write_index(self):
@@ -3003,12 +3257,10 @@ class Memory:
                 part = self._digest[tid] = (json.dumps(tid) + ":" + json.dumps(
                     entry, ensure_ascii=False, separators=(",", ":"))).encode("utf-8")
             parts.append(part)
-        write_bytes_atomic(os.path.join(self.store.db, "index.json"),
-                           b'{"schema":%d,"threads":{%s}}' % (SCHEMA, b",".join(parts)))
+        self.store.write_digest(b'{"schema":%d,"threads":{%s}}' % (SCHEMA, b",".join(parts)))
         self._index_due, self._index_at = False, time.monotonic()
         self._index_cost = time.thread_time() - started
 
-    # -- capture --
     def capture(self, text, source="prompt", file_path=None, at=None, session_id=None, origin=None):
         """Journal one capture, then process the journal. Returns this capture's decision,
         or {"action": "SKIPPED"} for noise."""
@@ -3017,9 +3269,6 @@ class Memory:
             return {"action": "SKIPPED", "reason": "noise"}
         cid = self.store.inbox_append(entry)
         return self.drain().get(cid, {"action": "QUEUED", "capture_id": cid})
-
-    def flush(self):
-        self.drain()
 
     def drain(self, batch=64, once=False, vectors=None, pause=None):
         """Process every journaled capture (only the oldest `batch` when `once`) in order under
@@ -3035,36 +3284,53 @@ class Memory:
                 paths = self.store.inbox_pending()[:batch]
                 if not paths:
                     break
-                entries = [(p, self.store.inbox_read(p)) for p in paths]
-                live = {p for p, e in entries if e is not None and ("m" + e["id"][1:]) not in self.msgs}
-                known = vectors or {}
-                missing = [e["text"] for p, e in entries if p in live and e["text"] not in known]
-                fresh = dict(zip(missing, self.embedder.embed(missing))) if missing else {}
-                touched_t, touched_b, done, newest = set(), set(), [], None
-                active = self._active_ids()
-                self._decision_log = []  # written once the batch is saved: a replay logs no twins
-                paused = False
-                for path, entry in entries:
-                    done.append(path)  # unreadable and already stored entries go too
-                    if path not in live:
-                        continue
-                    vec = known.get(entry["text"]) or fresh[entry["text"]]
-                    results[entry["id"]] = self._apply(entry, vec, touched_t, touched_b, active)
-                    newest = entry["ts"] if newest is None else max(newest, entry["ts"])
-                    if pause is not None and pause():
-                        paused = True
-                        break
-                # Idleness is measured against the newest content, so imported history
-                # ages by its own clock.
-                dropped_b = self._maintain(touched_t, self.clock() if newest is None else newest)
-                self.save(touched_t, touched_b - dropped_b, dropped_b)
-                for path in done:
-                    Store._unlink(path)
-                self.store.log.write_many(self._decision_log)
+                _, paused = self._drain_batch([(p, self.store.inbox_read(p)) for p in paths], vectors, pause, results)
                 if once or paused:
                     break
             self.flush_index(force=not once)
         return results
+
+    def drain_entries(self, entries, vectors=None, pause=None):
+        """drain(once=True) of the journal entries the caller listed and read, oldest first:
+        [(path, entry, or None when unreadable)]; nothing is listed or read again. Returns
+        (this batch's decisions by capture id, the journal paths it removed)."""
+        results = {}
+        with self.store.lock():
+            self.ensure_loaded()
+            done, _ = self._drain_batch(entries, vectors, pause, results)
+            self.flush_index()
+        return results, done
+
+    def _drain_batch(self, entries, vectors, pause, results):
+        """Apply one batch and save it; (the journal paths removed, whether `pause` ended it)."""
+        live = {p for p, e in entries if e is not None and message_id(e["id"]) not in self.msgs}
+        known = dict(vectors or {})
+        for p, e in entries:  # a prompt embedded as its query already
+            vec = self.cached_vector(e["text"]) if p in live else None
+            if vec is not None:
+                known.setdefault(e["text"], vec)
+        missing = list(dict.fromkeys(e["text"] for p, e in entries if p in live and e["text"] not in known))
+        known.update(zip(missing, self.embedder.embed(missing)) if missing else ())
+        touched_t, touched_b, done, newest = set(), set(), [], None
+        active = self._active_ids()
+        self._decision_log = []  # written once the batch is saved: a replay logs no twins
+        paused = False
+        for path, entry in entries:
+            done.append(path)  # unreadable and already stored entries go too
+            if path not in live:
+                continue
+            results[entry["id"]] = self._apply(entry, known[entry["text"]], touched_t, touched_b, active)
+            newest = entry["ts"] if newest is None else max(newest, entry["ts"])
+            if pause is not None and pause():
+                paused = True
+                break
+        # Idleness is measured against the newest content, so imported history ages by its own clock.
+        dropped_b = self._maintain(touched_t, self.clock() if newest is None else newest)
+        self.save(touched_t, touched_b - dropped_b, dropped_b)
+        for path in done:
+            Store._unlink(path)
+        self.store.log.write_many(self._decision_log)
+        return done, paused
 
     def _active_ids(self):
         """Ids of the active threads in thread order, as a dict: _apply keeps it current, so a
@@ -3074,10 +3340,10 @@ class Memory:
     def _apply(self, entry, vec, touched_t, touched_b, active):
         now = entry["ts"]
         cfg = self.cfg
-        mid = "m" + entry["id"][1:]
+        mid = message_id(entry["id"])
         ext = EXTRACTOR.extract(entry["text"], entry["origin"], entry.get("file"))
         ext["topics"] = self.specific_topics(ext["topics"])
-        if entry["source"] == "prompt":
+        if entry["source"] == "prompt" and "rules" not in entry:  # "rules": stored when journaled
             self.add_rules(detect_rules(entry["text"]), now)
         candidates = self.candidates(vec)
         sims = [similarity(cos, ext["topics"], t.get("topics")) for t, cos in candidates]
@@ -3095,8 +3361,6 @@ class Memory:
                 # Back among the active ones at its own place in thread order.
                 active.clear()
                 active.update(self._active_ids())
-            if action == "REACTIVATE":
-                thread.setdefault("reactivations", []).append(iso(now))
         else:
             parent = self.threads.get(decision.get("parent_id"))
             thread = self._new_thread(ext, "split" if parent else entry["origin"], now, parent)
@@ -3121,7 +3385,7 @@ class Memory:
                                    decision["score"], "forked sub-topic", 0, now))
         for bridge in new:
             self._add_bridge(bridge)
-        new += plan_bridges(thread["id"], related[:5], self.bridges_of, cfg, now, bridge_type(entry["text"]))
+        new += plan_bridges(thread["id"], related[:BRIDGE_CANDIDATES], self.bridges_of, cfg, now, bridge_type(entry["text"]))
         for bridge in new:
             self._add_bridge(bridge)
             touched_b.add(bridge["id"])
@@ -3138,19 +3402,11 @@ class Memory:
             "top": decision["top"], "borderline": decision["borderline"], "llm_used": False}))
         return decision
 
-    def specific_topics(self, topics):
-        """Drop words found in a large share of all messages (a speaker's name, the project's
-        name): they name no topic and would glue unrelated threads together."""
-        n = self.lex.docs
-        if n < 50:
-            return topics
-        return [t for t in topics if self.lex.df(stem(t)) / n <= 0.3]
-
     def _new_thread(self, ext, origin, now, parent=None):
         tid = new_id("t", now)
         thread = {"schema": SCHEMA, "id": tid, "title": ext["title"], "status": "active", "messages": [],
                   "summary": ext["summary"], "topics": list(ext["topics"]), "topic_counts": {},
-                  "origin_type": origin, "drift_history": [], "parent_id": parent["id"] if parent else None,
+                  "origin_type": origin, "parent_id": parent["id"] if parent else None,
                   "child_ids": [], "weight": 0.5, "weight_at": now, "last_active": iso(now),
                   "created_at": iso(now), "embedding_model": self.embedder.id}
         self.threads[tid] = thread
@@ -3174,10 +3430,6 @@ class Memory:
             self._refresh_vectors(thread)
         centroid = self.tvec.get(tid)
         if centroid is not None:
-            cos = dot(centroid, vec)
-            if cos < 0.3:  # the thread is drifting away from where it was
-                thread["drift_history"].append({"ts": iso(now), "cosine": round(cos, 4), "topics": ext["topics"][:4]})
-                thread["drift_history"] = thread["drift_history"][-20:]
             n = len(thread["messages"])
             self.tvec[tid] = unit([(c * n + v) / (n + 1) for c, v in zip(centroid, vec)])
         else:
@@ -3188,22 +3440,21 @@ class Memory:
         self._link(msg["id"])
         counts = thread.setdefault("topic_counts", {})
         for rank, topic in enumerate(ext["topics"]):
-            counts[topic] = round(counts.get(topic, 0) + 1.0 - rank * 0.1, 3)
-        thread["topics"] = [t for t, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:8]]
-        if len(counts) > 60:  # keep the tally bounded
-            thread["topic_counts"] = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:40])
+            counts[topic] = round(counts.get(topic, 0) + 1.0 - rank * TOPIC_RANK_STEP, 3)
+        thread["topics"] = [t for t, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:TOPICS_SHOWN]]
+        if len(counts) > TALLY_MAX:  # keep the tally bounded
+            thread["topic_counts"] = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:TALLY_KEPT])
         first = thread["messages"][0]
-        thread["summary"] = shorten(first["text"], 160) + (
-            " … " + ext["summary"][:140] if len(thread["messages"]) > 1 else "")
+        thread["summary"] = shorten(first["text"], SUMMARY_FIRST_CHARS) + (
+            " … " + ext["summary"][:SUMMARY_LATEST_CHARS] if len(thread["messages"]) > 1 else "")
         if ts_of(thread, "last_active") < now:
             thread["last_active"] = iso(now)
-        use_thread(thread, now, self.cfg["half_life_days"], 0.1)
+        use_thread(thread, now, self.cfg["half_life_days"], USE_BONUS)
 
     def _maintain(self, touched_t, now):
         """Lifecycle and bridge pruning; returns the bridge ids dropped. Both scan everything,
         so they run once a minute, or when content time moved by more than a day."""
-        if (time.monotonic() - getattr(self, "_maint_at", -1e9) < 60
-                and now - getattr(self, "_maint_now", 0) < DAY):
+        if time.monotonic() - self._maint_at < 60 and now - self._maint_now < DAY:
             return set()
         self._maint_at, self._maint_now = time.monotonic(), now
         for tid, status in lifecycle_changes(self.threads.values(), now, self.cfg):
@@ -3215,300 +3466,9 @@ class Memory:
         return drop
 
     def add_rules(self, texts, now):
-        if not texts:
-            return []
-        rules = self.store.rules()
-        added = merge_rules(rules, texts, now)
-        if added:
-            self.store.save_rules(rules)
-            self.store.log.info("user rules added", rules=[r["text"] for r in added])
-        return added
+        return add_rules_to_store(self.store, texts, now)
 
-    # -- similarity and retrieval --
-    def centroid_scores(self, qvec):
-        """Cosine of a vector with every thread centroid."""
-        return self.tvec.scores(qvec)
-
-    def candidates(self, vec, limit=40):
-        """Threads to weigh a new content against: best centroids of every status."""
-        return [(self.threads[tid], c) for tid, c in self.tvec.top(vec, limit) if tid in self.threads]
-
-    def query_vector(self, text):
-        if self.embedder is None:
-            return None
-        if self._qcache[0] == text:  # context and search of one prompt embed it once
-            return self._qcache[1]
-        try:
-            vec = self.embedder.embed([text])[0]
-        except Exception as exc:  # a broken model must not break retrieval: lexical only
-            self.store.log.error("embedding failed", error=repr(exc))
-            return None
-        self._qcache = (text, vec)
-        return vec
-
-    def retrieve(self, query, limit=10, exclude=()):
-        """Ranked messages for a query. One path for inject, recall and search:
-        BM25 (over each message with the turn before it) blended with dense cosine, then the
-        best neighbour and best message of the same session, the dates the query names, the
-        thread's similarity, recency, and bridges from the best thread. Messages are scored by
-        row: as numpy vectors when numpy is there, else as dicts, to the same numbers and with
-        the same ties (broken by message id)."""
-        self.ensure_loaded()
-        now = self.clock()
-        w = FUSION_WEIGHTS
-        qvec = self.query_vector(query)
-        keys = self.rows.keys
-        skip = [self.rows.of[m] for m in exclude if m in self.rows.of]
-        np = self.mvec.np
-        if np is None:
-            scored = self._base_dicts(qvec, terms(query), skip)
-        else:
-            scored = self._base_arrays(np, qvec, terms(query), skip)
-        if scored is None:
-            return [], {}
-        cand, tcos_of, fuse = scored
-        # Thread-level signals for the candidate threads only.
-        qtopics = EXTRACTOR.topics(query)
-        thread_sim = {}
-        tids = self.thread_rows.keys
-        for row, _ in cand:
-            tid = tids[self.row_thread[row]]
-            if tid not in thread_sim:
-                thread_sim[tid] = similarity(tcos_of(tid), qtopics, self.threads[tid].get("topics"))
-        top_thread = max(thread_sim.items(), key=lambda kv: kv[1])[0]
-        bonus = {}
-        for b in self.bridges_of(top_thread):
-            other = b["target_id"] if b["source_id"] == top_thread else b["source_id"]
-            bonus[other] = max(bonus.get(other, 0.0), bridge_confidence(b, now, self.cfg["bridge_half_life_days"]))
-        months, years = query_dates(query)
-        half_life = self.cfg["half_life_days"] * DAY
-        extras = {}
-        for row, _ in cand:
-            tid, ts = tids[self.row_thread[row]], self.row_ts[row]
-            extras[row] = (w["thread"] * thread_sim[tid] + w["bridge"] * bonus.get(tid, 0.0)
-                           + w["recency"] * 0.5 ** (max(0.0, now - ts) / half_life)
-                           + (w["date"] if (months or years) and date_matches(ts, months, years) else 0.0))
-        best = fuse(extras, limit, lambda row: (row not in extras, keys[row]))
-        hits = []
-        for row, score in best:
-            mid, tid = keys[row], tids[self.row_thread[row]]
-            msg = self.msgs[mid]
-            hits.append({"message_id": mid, "thread_id": tid, "score": round(score, 4), "text": msg["text"],
-                         "timestamp": msg["ts"], "source": msg.get("source"), "file": msg.get("file"),
-                         "title": self.threads[tid]["title"], "status": self.threads[tid]["status"]})
-        return hits, thread_sim
-
-    def _base_dicts(self, qvec, qterms, skip):
-        """retrieve() without numpy: (the 300 best base scores, thread cosine by id, fusion)."""
-        order, tkeys = self.rows.keys.__getitem__, self.thread_rows.keys
-        lexical = self.lex.row_scores(qterms)
-        tcos = self.tvec.row_scores(qvec)
-        if len(self.mvec) <= FULL_SCAN_MESSAGES:
-            dense = self.mvec.row_scores(qvec)
-        else:
-            # Large stores: dense scores for the messages of the closest threads and of the best
-            # lexical matches only, so a query costs the same at any memory size.
-            pool = set(top_rows(tcos, 200, tkeys.__getitem__))
-            pool.update(self.row_thread[row] for row in top_rows(lexical, 200, order))
-            dense = self.mvec.row_scores(qvec, [self.rows.of[m["id"]] for tno in pool
-                                                for m in self.threads[tkeys[tno]]["messages"]])
-        base = base_scores(lexical, dense, FUSION_WEIGHTS)
-        for row in skip:
-            base.pop(row, None)
-        if not base:
-            return None
-
-        def fuse(extras, limit, rank):
-            # Final scores for the best base scores only: every message of a small memory, the
-            # top FUSION_POOL of a large one (the rest cannot climb that far on bonuses worth
-            # 0.45 at most).
-            targets = None if len(base) <= FUSION_POOL else top_rows(base, FUSION_POOL, order)
-            fused = fuse_scores(base, lambda r: (self.row_prev[r], self.row_next[r]), self.row_session.__getitem__,
-                                extras, FUSION_WEIGHTS, targets)
-            return best_rows(fused, limit, rank)
-        trow_of = self.thread_rows.of
-        return best_rows(base, 300, order), lambda tid: tcos.get(trow_of.get(tid), 0.0), fuse
-
-    def _base_arrays(self, np, qvec, qterms, skip):
-        """_base_dicts() with numpy vectors indexed by row."""
-        keys, tkeys = self.rows.keys, self.thread_rows.keys
-        order = keys.__getitem__
-        size = len(keys)
-        lexical = self.lex.score_vector(np, qterms, size)
-        dense, present = np.zeros(size, np.float32), np.zeros(size, np.bool_)
-        tcos = tpresent = None
-        if qvec is not None and len(self.tvec):
-            tcos, tpresent = self.tvec.cosines(qvec)
-        if qvec is not None and len(self.mvec) <= FULL_SCAN_MESSAGES:
-            dense, present = self.mvec.cosines(qvec)
-        elif qvec is not None:  # as in _base_dicts
-            pool = np.zeros(len(tkeys) + 1, np.bool_)  # by thread row; the last: no thread (-1)
-            if tcos is not None:
-                trows = np.flatnonzero(tpresent)
-                pool[top_rows((trows, tcos[trows]), 200, tkeys.__getitem__, np)] = True
-            lrows = np.flatnonzero(lexical)
-            # A copy, not a view: an array('i') exporting its buffer could not grow.
-            thread_of = np.frombuffer(self.row_thread, np.intc).copy()
-            pool[thread_of[top_rows((lrows, lexical[lrows]), 200, order, np)]] = True
-            pool[-1] = False
-            rows = np.flatnonzero(pool[thread_of])
-            dense[rows], present[rows] = self.mvec.cosines_at(rows, qvec)
-        base, members = base_vector(np, lexical, dense, present, FUSION_WEIGHTS)
-        members[skip] = False
-        rows = np.flatnonzero(members)
-        if not len(rows):
-            return None
-        trow_of = self.thread_rows.of
-
-        def tcos_of(tid):
-            row = trow_of.get(tid)
-            return float(tcos[row]) if tcos is not None and row is not None and tpresent[row] else 0.0
-
-        def fuse(extras, limit, rank):
-            targets = rows if len(rows) <= FUSION_POOL else top_rows((rows, base[rows]), FUSION_POOL, order, np)
-            extra = np.zeros(size)
-            extra[list(extras)] = list(extras.values())
-            prev, next_, session = (np.frombuffer(col, np.intc).copy()
-                                    for col in (self.row_prev, self.row_next, self.row_session))
-            fused = fuse_vector(np, base, members, prev, next_, session, extra, FUSION_WEIGHTS, targets)
-            return best_rows((targets, fused), limit, rank, np)
-        return best_rows((rows, base[rows]), 300, order, np), tcos_of, fuse
-
-    def search(self, query, limit=10):
-        return self.retrieve(query, limit)[0]
-
-    def item_line(self, msg, now=None, text=None):
-        """One recalled message: its date, who said it when it was the agent, the text. How long
-        ago it was sits on its thread's header line."""
-        return (f"[{format_date(ts_of(msg, 'ts'), self.lang)}] {source_label(msg.get('source'))}"
-                f"{msg['text'] if text is None else text}")
-
-    def context(self, prompt, budget=None, exclude=(), session_id=None):
-        """The memory injected with a prompt, within `budget` characters: rules, then the
-        best messages grouped under their thread, related threads, reminders."""
-        budget = budget or self.cfg["inject_budget"]
-        now = self.clock()
-        hits, thread_sim = self.retrieve(prompt, limit=40, exclude=exclude)
-        lang = self.lang
-        head = tr("ctx_header", lang)
-        tail = []
-        rules = self.store.rules()
-        if rules:
-            tail.append(shorten(tr("ctx_rules", lang) + " " +
-                                " ".join(f"({i}) {r['text']}" for i, r in enumerate(rules, 1)), budget // 4))
-        if self.cfg.get("guardcode"):
-            tail.append(tr("ctx_guardcode", lang))
-        fixed = len(head) + sum(len(t) + 1 for t in tail) + 1
-        headers = {}
-
-        def header(tid):
-            if tid not in headers:
-                t = self.threads[tid]
-                headers[tid] = tr("ctx_thread", lang, title=shorten(t["title"], 34),
-                                  status=tr("status_" + t["status"], lang),
-                                  age=age_ago(now - ts_of(t, "last_active"), lang))
-            return headers[tid]
-        qterms = terms(prompt)
-        # focus() keeps at least half of a text: a bound that lets packing skip rendering.
-        candidates = [dict(h, group=h["thread_id"], min_len=min(len(h["text"]), 150) // 2)
-                      for h in hits if h["score"] > 0]
-        # Each item is indented under its thread's header, which costs space once.
-        items = pack_items(candidates, max(0, budget - fixed), indent=4, group_cost=lambda g: len(header(g)) + 1,
-                           render=lambda h: self.item_line(self.msgs[h["message_id"]], text=focus(h["text"], qterms)))
-        by_thread = {}
-        for item in items:
-            by_thread.setdefault(item["thread_id"], []).append(item)
-        lines = [head]
-        for tid, group in by_thread.items():
-            lines.append(header(tid))
-            lines += ["  - " + i["line"] for i in group]
-        related = self.related_threads(list(by_thread)[:1], exclude=set(by_thread), now=now)
-        room = budget - sum(len(x) + 1 for x in lines) - sum(len(t) + 1 for t in tail)
-        for rel in related[:3]:
-            line = shorten(tr("ctx_related", lang, title=rel["title"], kind=rel["kind"],
-                              conf=f"{rel['confidence']:.2f}", age=rel["age"]), 140)
-            if len(line) + 1 <= room:
-                lines.append(line)
-                room -= len(line) + 1
-        lines += tail
-        text = "\n".join(lines)[:budget]
-        return {"text": text, "message_ids": [i["message_id"] for i in items],
-                "thread_ids": list(by_thread), "items": [{"message_id": i["message_id"], "text": i["line"],
-                                                          "full_len": len(self.item_line(self.msgs[i["message_id"]], now))}
-                                                         for i in items]}
-
-    def related_threads(self, thread_ids, exclude=(), now=None):
-        now = now or self.clock()
-        out = []
-        for tid in thread_ids:
-            for b in self.bridges_of(tid):
-                other = b["target_id"] if b["source_id"] == tid else b["source_id"]
-                if other in exclude or other not in self.threads:
-                    continue
-                t = self.threads[other]
-                out.append({"thread_id": other, "title": t["title"], "kind": b["relation_type"],
-                            "confidence": bridge_confidence(b, now, self.cfg["bridge_half_life_days"]),
-                            "age": age_ago(now - ts_of(t, "last_active"), self.lang), "bridge_id": b["id"]})
-        out.sort(key=lambda r: -r["confidence"])
-        return out
-
-    def recall(self, query, limit=5):
-        """The text a virtual Read(".ai/recall/<query>") returns. A thread id returns that
-        thread; suspended threads that match well are reactivated, and the text says so."""
-        self.ensure_loaded()
-        now = self.clock()
-        lang = self.lang
-        query = (query or "").strip()
-        if query in self.threads:
-            return self.thread_view(query)
-        hits, thread_sim = self.retrieve(query, limit=30)
-        ranked = sorted(thread_sim.items(), key=lambda kv: -kv[1])
-        by_hits = []
-        for h in hits:
-            if h["thread_id"] not in by_hits:
-                by_hits.append(h["thread_id"])
-        order = by_hits[:limit] + [tid for tid, s in ranked if s >= 0.2 and tid not in by_hits][:max(0, limit - len(by_hits))]
-        if not order:
-            return tr("recall_none", lang, query=query)
-        lines = [tr("recall_header", lang, query=query)]
-        reactivated = []
-        for tid in order[:limit]:
-            t = self.threads[tid]
-            if t["status"] != "active" and thread_sim.get(tid, 0) >= self.cfg["thresholds"]["recall_reactivate"]:
-                reactivated.append(tid)
-            lines.append("")
-            lines.append(tr("recall_thread", lang, title=t["title"], id=tid, status=tr("status_" + t["status"], lang),
-                            weight=f"{effective_weight(t, now, self.cfg['half_life_days']):.2f}",
-                            topics=", ".join(t.get("topics", [])), age=age_ago(now - ts_of(t, "last_active"), lang)))
-            if tid in reactivated:
-                lines.append("  " + tr("recall_reactivated", lang))
-            lines.append("  " + tr("recall_summary", lang, summary=t.get("summary", "")))
-            for h in [h for h in hits if h["thread_id"] == tid][:4]:
-                lines.append("  - " + shorten(self.item_line(self.msgs[h["message_id"]], now), 500))
-        related = self.related_threads(order[:limit], exclude=set(order[:limit]), now=now)
-        if related:
-            lines.append("")
-            lines.append(tr("recall_bridges", lang))
-            for rel in related[:6]:
-                lines.append("  - " + tr("ctx_related", lang, title=rel["title"], kind=rel["kind"],
-                                         conf=f"{rel['confidence']:.2f}", age=rel["age"]))
-        if reactivated:
-            self.set_status(reactivated, "active")
-        return "\n".join(lines)
-
-    def thread_view(self, tid):
-        now = self.clock()
-        t = self.threads[tid]
-        lines = [tr("recall_thread", self.lang, title=t["title"], id=tid, status=tr("status_" + t["status"], self.lang),
-                    weight=f"{effective_weight(t, now, self.cfg['half_life_days']):.2f}",
-                    topics=", ".join(t.get("topics", [])), age=age_ago(now - ts_of(t, "last_active"), self.lang)),
-                 "  " + tr("recall_summary", self.lang, summary=t.get("summary", ""))]
-        lines += ["  - " + shorten(self.item_line(m, now), 600) for m in t["messages"][-15:]]
-        for rel in self.related_threads([tid], now=now)[:8]:
-            lines.append("  ~ " + tr("ctx_related", self.lang, title=rel["title"], kind=rel["kind"],
-                                     conf=f"{rel['confidence']:.2f}", age=rel["age"]))
-        return "\n".join(lines)
-
+    # -- status and maintenance --
     def set_status(self, thread_ids, status):
         with self.store.lock():
             self.refresh()
@@ -3517,17 +3477,10 @@ class Memory:
                 t = self.threads[tid]
                 t["status"] = status
                 if status == "active":
-                    use_thread(t, now, self.cfg["half_life_days"], 0.1)
+                    use_thread(t, now, self.cfg["half_life_days"], USE_BONUS)
                     t["last_active"] = iso(now)
-                    t.setdefault("reactivations", []).append(iso(now))
             self.save(thread_ids)
 
-    def hot_thread(self):
-        """The thread worked on last."""
-        self.ensure_loaded()
-        return max(self.threads.values(), key=lambda t: ts_of(t, "last_active"), default=None)
-
-    # -- maintenance commands --
     def forget(self, tid):
         with self.store.lock():
             self.ensure_loaded()
@@ -3567,6 +3520,163 @@ class Memory:
             self.generation = self.store.bump([], full=True, hot=self.hot_id())
             return done
 
+
+class Memory(MemoryWriter):
+    """The memory of one project (see open_memory): retrieval, one path for inject, recall and
+    search, and the texts made of it."""
+
+    def __init__(self, data_dir, embedder=None, clock=time.time):
+        super().__init__(data_dir, embedder, clock)
+        self._qvecs = {}  # query text -> its embedding (see query_vector)
+
+    # -- retrieval --
+    def query_vector(self, text):
+        """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
+        search of one prompt embed it once, and so does the drain storing it."""
+        if self.embedder is None:
+            return None
+        vec = self.cached_vector(text)
+        if vec is None:
+            try:
+                vec = self.embedder.embed([text])[0]
+            except Exception as exc:  # a broken model must not break retrieval: lexical only
+                self.store.log.error("embedding failed", error=repr(exc))
+                return None
+            self.remember_vector(text, vec)
+        return vec
+
+    def cached_vector(self, text):
+        return self._qvecs.get(text)
+
+    def remember_vector(self, text, vec):
+        # Copied, then swapped in: request threads add while the drain reads, without a lock.
+        kept = dict(self._qvecs)
+        kept.pop(text, None)
+        kept[text] = vec
+        self._qvecs = dict(list(kept.items())[-QUERY_CACHE_SIZE:])
+
+    def retrieve(self, query, limit=10, exclude=()):
+        """Ranked messages for a query. One path for inject, recall and search:
+        BM25 (over each message with the turn before it) blended with dense cosine, then the
+        best neighbour and best message of the same session, the dates the query names, the
+        thread's similarity, recency, and bridges from the best thread. Messages are scored by
+        row: as numpy vectors when numpy is there, else as dicts, to the same numbers and with
+        the same ties (broken by message id)."""
+        self.ensure_loaded()
+        now = self.clock()
+        w = FUSION_WEIGHTS
+        qvec = self.query_vector(query)
+        keys = self.rows.keys
+        skip = [self.rows.of[m] for m in exclude if m in self.rows.of]
+        backend = _DictScoring if self.mvec.np is None else _ArrayScoring
+        scoring = backend(self, qvec, terms(query), skip)
+        if scoring.empty:
+            return [], {}
+        cand = scoring.best(BASE_POOL)
+        # Thread-level signals for the candidate threads only.
+        qtopics = EXTRACTOR.topics(query)
+        thread_sim = {}
+        tids = self.thread_rows.keys
+        for row, _ in cand:
+            tid = tids[self.row_thread[row]]
+            if tid not in thread_sim:
+                thread_sim[tid] = similarity(scoring.thread_cos(tid), qtopics, self.threads[tid].get("topics"))
+        top_thread = max(thread_sim.items(), key=lambda kv: kv[1])[0]
+        bonus = {}
+        for b in self.bridges_of(top_thread):
+            other = other_end(b, top_thread)
+            bonus[other] = max(bonus.get(other, 0.0), bridge_confidence(b, now, self.cfg["bridge_half_life_days"]))
+        months, years = query_dates(query)
+        half_life = self.cfg["half_life_days"] * DAY
+        extras = {}
+        for row, _ in cand:
+            tid, ts = tids[self.row_thread[row]], self.row_ts[row]
+            extras[row] = (w["thread"] * thread_sim[tid] + w["bridge"] * bonus.get(tid, 0.0)
+                           + w["recency"] * decay(now - ts, half_life)
+                           + (w["date"] if (months or years) and date_matches(ts, months, years) else 0.0))
+        best = scoring.fuse(extras, limit, lambda row: (row not in extras, keys[row]))
+        hits = []
+        for row, score in best:
+            mid, tid = keys[row], tids[self.row_thread[row]]
+            msg = self.msgs[mid]
+            hits.append({"message_id": mid, "thread_id": tid, "score": round(score, 4), "text": msg["text"],
+                         "timestamp": msg["ts"], "source": msg.get("source"), "file": msg.get("file"),
+                         "title": self.threads[tid]["title"], "status": self.threads[tid]["status"]})
+        return hits, thread_sim
+
+    def search(self, query, limit=10):
+        return self.retrieve(query, limit)[0]
+
+    def context(self, prompt, budget=None, exclude=()):
+        """The memory injected with a prompt, within `budget` characters (see render_context).
+        `exclude`: message or capture ids left out (a prompt journaled, maybe drained, before
+        it is answered)."""
+        budget = budget or self.cfg["inject_budget"]
+        hits, _ = self.retrieve(prompt, limit=40, exclude=[message_id(i) for i in exclude])
+        now = self.clock()
+        text, items = render_context(
+            hits, self.threads, self.msgs, lambda tids, skip: self.related_threads(tids, skip, now),
+            self.store.rules(), budget, terms(prompt), now, self.lang, self.cfg.get("guardcode"))
+        return {"text": text, "message_ids": [i["message_id"] for i in items],
+                "thread_ids": list(dict.fromkeys(i["thread_id"] for i in items)),
+                "items": [{"message_id": i["message_id"], "text": i["line"],
+                           "full_len": len(item_line(self.msgs[i["message_id"]], self.lang))} for i in items]}
+
+    def related_threads(self, thread_ids, exclude=(), now=None):
+        now = now or self.clock()
+        out = []
+        for tid in thread_ids:
+            for b in self.bridges_of(tid):
+                other = other_end(b, tid)
+                if other in exclude or other not in self.threads:
+                    continue
+                t = self.threads[other]
+                out.append({"thread_id": other, "title": t["title"], "kind": b["relation_type"],
+                            "confidence": bridge_confidence(b, now, self.cfg["bridge_half_life_days"]),
+                            "age": age_ago(now - ts_of(t, "last_active"), self.lang), "bridge_id": b["id"]})
+        out.sort(key=lambda r: -r["confidence"])
+        return out
+
+    def recall(self, query, limit=5):
+        """The text a virtual Read(".ai/recall/<query>") returns. A thread id returns that
+        thread; suspended threads that match well are reactivated, and the text says so."""
+        self.ensure_loaded()
+        now = self.clock()
+        lang = self.lang
+        query = (query or "").strip()
+        if query in self.threads:
+            return self.thread_view(query)
+        hits, thread_sim = self.retrieve(query, limit=30)
+        ranked = sorted(thread_sim.items(), key=lambda kv: -kv[1])
+        by_hits = []
+        for h in hits:
+            if h["thread_id"] not in by_hits:
+                by_hits.append(h["thread_id"])
+        order = by_hits[:limit] + [tid for tid, s in ranked
+                                   if s >= RECALL_MIN_SIMILARITY and tid not in by_hits][:max(0, limit - len(by_hits))]
+        shown = [self.threads[tid] for tid in order[:limit]]
+        threshold = self.cfg["thresholds"]["recall_reactivate"]
+        reactivated = [t["id"] for t in shown if t["status"] != "active" and recall_match(query, t) >= threshold]
+        messages = {}
+        for h in hits:
+            messages.setdefault(h["thread_id"], []).append(self.msgs[h["message_id"]])
+        text = render_recall(query, shown, {tid: m[:4] for tid, m in messages.items()},
+                             self.related_threads(order[:limit], set(order[:limit]), now), reactivated,
+                             now, lang, self.cfg["half_life_days"])
+        if reactivated:
+            self.set_status(reactivated, "active")
+        return text
+
+    def thread_view(self, tid):
+        now = self.clock()
+        return render_thread(self.threads[tid], self.related_threads([tid], now=now), now, self.lang,
+                             self.cfg["half_life_days"])
+
+    def hot_thread(self):
+        """The thread worked on last."""
+        self.ensure_loaded()
+        return max(self.threads.values(), key=lambda t: ts_of(t, "last_active"), default=None)
+
     def stats(self):
         """The numbers behind `status` and `health`."""
         self.ensure_loaded()
@@ -3590,6 +3700,94 @@ class Memory:
                 "mixed_models": sorted(str(k) for k in models if k not in (None, self.embedder.id)),
                 "rules": len(self.store.rules()), "quarantined": self.store.quarantined(),
                 "inbox_pending": len(self.store.inbox_pending())}
+
+
+def item_line(msg, lang, text=None):
+    """One recalled message: its date, who said it when it was the agent, the text (or `text`).
+    How long ago it was sits on its thread's header line."""
+    return f"[{format_date(ts_of(msg, 'ts'), lang)}] {source_label(msg.get('source'))}{msg['text'] if text is None else text}"
+
+
+def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, lang, guardcode):
+    """The text injected with a prompt, within `budget` characters: a header, the best `hits`
+    (focused on the query terms) packed under their thread's line, up to three threads
+    `related_of(thread ids, ids to skip)` to the first one, then the rules and reminders.
+    Returns (the text, the packed hits with their `line`)."""
+    head = tr("ctx_header", lang)
+    tail = []
+    if rules:
+        tail.append(shorten(tr("ctx_rules", lang) + " " +
+                            " ".join(f"({i}) {r['text']}" for i, r in enumerate(rules, 1)), budget // 4))
+    if guardcode:
+        tail.append(tr("ctx_guardcode", lang))
+    fixed = len(head) + sum(len(t) + 1 for t in tail) + 1
+    headers = {}
+
+    def header(tid):
+        if tid not in headers:
+            t = threads[tid]
+            headers[tid] = tr("ctx_thread", lang, title=shorten(t["title"], 34), status=tr("status_" + t["status"], lang),
+                              age=age_ago(now - ts_of(t, "last_active"), lang))
+        return headers[tid]
+    # focus() keeps at least half of a text: a bound that lets packing skip rendering.
+    candidates = [dict(h, group=h["thread_id"], min_len=min(len(h["text"]), 150) // 2) for h in hits if h["score"] > 0]
+    # Each item is indented under its thread's header, which costs space once.
+    items = pack_items(candidates, max(0, budget - fixed), indent=4, group_cost=lambda g: len(header(g)) + 1,
+                       render=lambda h: item_line(msgs[h["message_id"]], lang, focus(h["text"], qterms)))
+    by_thread = {}
+    for item in items:
+        by_thread.setdefault(item["thread_id"], []).append(item)
+    lines = [head]
+    for tid, group in by_thread.items():
+        lines.append(header(tid))
+        lines += ["  - " + i["line"] for i in group]
+    room = budget - sum(len(x) + 1 for x in lines) - sum(len(t) + 1 for t in tail)
+    for rel in related_of(list(by_thread)[:1], set(by_thread))[:3]:
+        line = shorten(render_related(rel, lang), 140)
+        if len(line) + 1 <= room:
+            lines.append(line)
+            room -= len(line) + 1
+    lines += tail
+    return "\n".join(lines)[:budget], items
+
+
+def render_recall(query, threads, messages, related, reactivated, now, lang, half_life_days):
+    """The text of a recall: the `threads` shown, in order, each with `messages[its id]`, then
+    the `related` threads bridged to them; `reactivated`: the ids the recall wakes up."""
+    if not threads:
+        return tr("recall_none", lang, query=query)
+    lines = [tr("recall_header", lang, query=query)]
+    for t in threads:
+        lines += ["", render_thread_header(t, now, lang, half_life_days)]
+        if t["id"] in reactivated:
+            lines.append("  " + tr("recall_reactivated", lang))
+        lines.append("  " + tr("recall_summary", lang, summary=t.get("summary", "")))
+        lines += ["  - " + shorten(item_line(m, lang), 500) for m in messages.get(t["id"], [])]
+    if related:
+        lines += ["", tr("recall_bridges", lang)]
+        lines += ["  - " + render_related(rel, lang) for rel in related[:6]]
+    return "\n".join(lines)
+
+
+def render_thread(thread, related, now, lang, half_life_days):
+    """The view of one thread: its header, summary, last 15 messages and related threads."""
+    lines = [render_thread_header(thread, now, lang, half_life_days),
+             "  " + tr("recall_summary", lang, summary=thread.get("summary", ""))]
+    lines += ["  - " + shorten(item_line(m, lang), 600) for m in thread["messages"][-15:]]
+    lines += ["  ~ " + render_related(rel, lang) for rel in related[:8]]
+    return "\n".join(lines)
+
+
+def render_thread_header(thread, now, lang, half_life_days):
+    """A thread's header line in recall and thread views."""
+    return tr("recall_thread", lang, title=thread["title"], id=thread["id"], status=tr("status_" + thread["status"], lang),
+              weight=f"{effective_weight(thread, now, half_life_days):.2f}",
+              topics=", ".join(thread.get("topics", [])), age=age_ago(now - ts_of(thread, "last_active"), lang))
+
+
+def render_related(rel, lang):
+    """A related thread (see Memory.related_threads) as one line."""
+    return tr("ctx_related", lang, title=rel["title"], kind=rel["kind"], conf=f"{rel['confidence']:.2f}", age=rel["age"])
 
 
 def source_label(source):
@@ -3894,8 +4092,7 @@ class Daemon:
         # Every digest entry encoded now, before any request can wait for it; this also
         # brings up to date a digest that a killed daemon left behind.
         mem.write_index()
-        mem.embedder.embed(["warm up"])
-        mem.centroid_scores(mem.query_vector("warm up"))
+        mem.candidates(mem.query_vector("warm up"))  # the model's first call, and numpy's
         self.mem = mem
         for _ in range(embed_workers()):
             threading.Thread(target=self._embed_worker, daemon=True).start()
@@ -3920,19 +4117,28 @@ class Daemon:
         """Apply the inbox in order as the workers embed it: each pass takes the oldest
         captures whose vectors are ready (at most DRAIN_BATCH), under the memory lock, which
         is released between passes and taken only when no request waits for it."""
-        texts = {}  # inbox path -> its text (None: unreadable), read once
         if time.monotonic() < self.retry_at:
             return  # backing off after a transient error: see _retry_later
+        entries = {}  # inbox path -> its entry (None: unreadable), read once
         while not self.stopping.is_set():
-            paths = self.store.inbox_pending()[:DRAIN_BATCH]
+            paths = self.store.inbox_pending()[:DRAIN_BATCH]  # the one listing of a pass
             if not paths:
                 break
-            texts = {p: texts[p] if p in texts else self._text_of(p) for p in paths}
+            try:
+                entries = {p: entries[p] if p in entries else self.store.inbox_read(p) for p in paths}
+            except OSError as exc:  # the entries stay journaled: an unread one is never dropped
+                self._retry_later(exc)
+                break
+            texts = {p: e["text"] if e else None for p, e in entries.items()}
             with self.embed_cv:
                 order = [texts[p] for p in paths if texts[p] is not None]
                 keep = set(order)
                 self.todo = order
                 self.vectors = {t: v for t, v in self.vectors.items() if t in keep}
+                for text in keep.difference(self.vectors):  # a prompt embedded as its query already
+                    vec = self.mem.cached_vector(text)
+                    if vec is not None:
+                        self.vectors[text] = vec
                 self.failed &= keep
                 self.embed_cv.notify_all()
                 deadline = time.monotonic() + 60
@@ -3944,26 +4150,21 @@ class Daemon:
                 vectors = dict(self.vectors)
             with self.lock:
                 try:
-                    done = self.mem.drain(batch=batch, once=True, vectors=vectors, pause=lambda: self.requests > 0)
+                    done, removed = self.mem.drain_entries([(p, entries[p]) for p in paths[:batch]], vectors,
+                                                           pause=lambda: self.requests > 0)
                 except Exception as exc:  # a daemon that dies here would be restarted by every hook
                     done = self._drain_failed(exc)
                     if done is None:
                         break  # not this entry's fault: retry on the next wake
+                    removed = self.store.inbox_pending()[:1] != paths[:1]
                 self.processed += len(done)
-            if self.store.inbox_pending()[:1] == paths[:1]:
+            if not removed:
                 break  # nothing was removed (cannot happen but for a failing disk): wait for a wake
         with self.embed_cv:
             self.todo, self.vectors, self.failed = [], {}, set()
         if self.mem is not None:
             with self.lock:
                 self.mem.flush_index(force=True)  # the inbox is empty: settle the digest
-
-    def _text_of(self, path):
-        try:
-            entry = self.store.inbox_read(path)
-        except OSError:
-            return None  # drain() reads it again and meets the error: see _drain_failed
-        return entry["text"] if entry else None
 
     def _ready(self, texts, paths):
         """How many of the oldest entries drain() can take now: leading ones whose vectors are
@@ -4131,7 +4332,12 @@ class Daemon:
             # lock, a prompt that comes during a drain waits for one capture's apply, not a batch.
             query = payload.get("prompt") if name == "inject" else recall_query(payload, os.path.dirname(self.store.dir))
             if isinstance(query, str) and query.strip():
-                self.mem.query_vector(query)
+                # A prompt is embedded as the text its capture stores, and that vector serves
+                # both its retrieval and its drain: one embedding per prompt.
+                text = clean_for_storage(query) if name == "inject" else query
+                vec = self.mem.query_vector(text)
+                if vec is not None and text != query:
+                    self.mem.remember_vector(query, vec)
             with self.lock:
                 out = HOOK_LOGIC[name](self.store, payload, self.mem)
         return {"ok": True, "stdout": out}
@@ -4221,32 +4427,8 @@ def hot_thread(store):
 
 
 def lexical_memory(store, query, extra=()):
-    """A lexical-only Memory over the threads whose digest best matches `query`: what a hook
-    can afford to load without the daemon."""
-    import math
-    threads = digest(store)
-    wanted = set(terms(query))
-    found, df = {}, {}
-    for tid, t in threads.items():
-        known = t.get("terms")
-        if known is None:  # a digest written before terms were stored in it
-            known = terms(" ".join([t.get("title", ""), " ".join(t.get("topics", [])), t.get("summary", "")]))
-        shared = wanted.intersection(known)
-        if shared:
-            found[tid] = shared
-            for term in shared:
-                df[term] = df.get(term, 0) + 1
-    n = len(threads)
-    scores = {tid: sum(math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5)) for w in shared)
-              for tid, shared in found.items()}
-    chosen = [tid for tid, _ in top_items(scores, 6)]
-    chosen += [tid for tid in extra if tid and tid not in chosen]
-    # Older digests carry no bridge ids: then every bridge is read.
-    bridges = None if any("bridges" not in t for t in threads.values()) else \
-        sorted({b for tid in chosen for b in threads.get(tid, {}).get("bridges", ())})
-    mem = Memory(store.dir, embedder="lexical")
-    mem.load_partial(chosen, bridges)
-    return mem
+    """A lexical-only Memory for a hook answering without the daemon (see partial_memory)."""
+    return partial_memory(store, query, extra)[0]
 
 
 def recall_query(payload, project):
@@ -4283,12 +4465,9 @@ def context_output(event, text):
 def add_rules_to_store(store, texts, now):
     if not texts:
         return []
-    with FileLock(store.path("rules.lock"), timeout=2.0):
-        rules = store.rules()
-        added = merge_rules(rules, texts, now)
-        if added:
-            store.save_rules(rules)
-            store.log.info("user rules added", rules=[r["text"] for r in added])
+    added = store.update_rules(lambda rules: merge_rules(rules, texts, now))
+    if added:
+        store.log.info("user rules added", rules=[r["text"] for r in added])
     return added
 
 
@@ -4797,16 +4976,15 @@ def do_rules(cli, args):
         added = add_rules_to_store(store, [args.value.strip()], time.time())
         return emit(args, added, tr("rules_added" if added else "rules_exists", lang))
     if args.action == "remove":
-        with FileLock(store.path("rules.lock"), timeout=2.0):
-            rules = store.rules()
+        def remove(rules):
             try:
                 index = int(args.value or "") - 1
                 if not 0 <= index < len(rules):
                     raise ValueError
             except ValueError:
                 raise NotFound(tr("not_found", lang, what=args.value)) from None
-            removed = rules.pop(index)
-            store.save_rules(rules)
+            return rules.pop(index)
+        removed = store.update_rules(remove)
         return emit(args, removed, tr("rules_removed", lang, text=removed["text"]))
     rules = store.rules()
     return emit(args, rules, "\n".join(f"{i}. {r['text']}" for i, r in enumerate(rules, 1)) or tr("none", lang))

@@ -328,7 +328,7 @@ def import_product():
     missing = [n for n in ("open_memory",) if not hasattr(ai_smartness, n)]
     if missing:
         raise BenchError(f"{path} lacks {', '.join(missing)} (bench contract: open_memory, "
-                         "Memory.capture/context/search/flush)")
+                         "Memory.capture/context/search/drain)")
     return ai_smartness
 
 
@@ -351,7 +351,7 @@ def warm_product(ais, embedder):
     mem, project = open_product(ais, embedder)
     try:
         mem.capture("Bench: warming up the model.", source="prompt", at="2023-01-01T00:00:00")
-        mem.flush()
+        mem.drain()
         mem.context("warm up", budget=BUDGET)
         mem.search("warm up", limit=SEARCH_LIMIT)
     finally:
@@ -383,7 +383,7 @@ def run_product(ais, conv, embedder, budget, results, timing):
         if conv["turns"] and not dia_of:
             raise BenchError(f"no capture of {conv['sample_id']} returned a message_id (last: {r!r})")
         t0 = time.perf_counter()
-        mem.flush()
+        mem.drain()
         timing["flush_s"] = timing.get("flush_s", 0.0) + time.perf_counter() - t0
         for q in conv["questions"]:
             t0 = time.perf_counter()
