@@ -3818,6 +3818,19 @@ class HookTimeout(BaseException):
     """Raised by the budget timer; a BaseException so no broad except swallows it."""
 
 
+# The budget timer's state: `defer` while a capture is being journaled (the timeout then
+# waits, `expired`, until the write is done).
+BUDGET = {"defer": False, "expired": False}
+
+
+def on_budget_alarm(signum, frame):
+    if BUDGET["defer"]:
+        BUDGET["expired"] = True
+        return
+    BUDGET["expired"] = False
+    raise HookTimeout()
+
+
 class Hook:
     """One Claude Code hook: its name (`hook <name>`), the event it answers, its hard time
     budget in seconds (far below the timeouts of settings.json), whether a warm daemon
@@ -4033,16 +4046,20 @@ def journal(store, entry, name=None):
     anyway is logged as "capture dropped" (health counts those) and gives None."""
     if not entry:
         return None
-    # The mask is per thread: in the daemon's request threads (no timer there) it is harmless.
-    import _signal as signal
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    # A flag rather than a signal mask: Python runs the handler in the main thread whichever
+    # thread the kernel picked, so only the handler itself can hold the timeout back.
+    outer = BUDGET["defer"]
+    BUDGET["defer"] = True
     try:
         return store.inbox_append(entry, name)
     except (OSError, ValueError) as exc:
         store.log.error("capture dropped", source=entry.get("source"), error=repr(exc))
         return None
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+        BUDGET["defer"] = outer
+        if BUDGET["expired"] and not outer:
+            import _signal as signal
+            signal.setitimer(signal.ITIMER_REAL, 0.001)  # the deferred timeout, right after this
 
 
 def journal_prompt(store, payload):
@@ -4357,9 +4374,8 @@ def _hook_process(name, project_arg, signal):
     if found is None or os.environ.get("AI_SMARTNESS_INTERNAL"):
         return 0  # unknown, or started by ai_smartness itself: capturing it would loop
 
-    def on_alarm(signum, frame):
-        raise HookTimeout()
-    signal.signal(signal.SIGALRM, on_alarm)
+    BUDGET.update(defer=False, expired=False)
+    signal.signal(signal.SIGALRM, on_budget_alarm)
     signal.setitimer(signal.ITIMER_REAL, max(0.05, found.budget - age))
     store, payload = None, None
     try:
