@@ -3953,7 +3953,7 @@ def own_file(payload, data_dir):
     """True for a tool call on a file of our own data dir (a recall answer, the synthesis):
     capturing it would loop, so the process shell drops it before any daemon request."""
     inp = payload.get("tool_input")
-    path = inp.get("file_path") or inp.get("notebook_path") if isinstance(inp, dict) else None
+    path = (inp.get("file_path") or inp.get("notebook_path")) if isinstance(inp, dict) else None
     if not isinstance(path, str) or not path:
         resp = payload.get("tool_response")
         path = resp.get("filePath") if isinstance(resp, dict) else None

@@ -3,7 +3,6 @@ generated payloads for every hook, in-process through answer() and through the i
 command; concurrent hooks from three sessions while the daemon is killed; a daemon that
 lost its socket. Every hook must exit 0 with an empty stderr and print nothing or one
 contract-valid JSON object, and nothing journaled may be lost or stored twice."""
-import fcntl
 import json
 import os
 import random
@@ -16,7 +15,7 @@ import time
 import pytest
 
 import ai_smartness as ai
-from conftest import ROOT, SCRIPT, cli
+from conftest import ROOT, cli
 
 INSTALLED = ["-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import ai_smartness; "
              "ai_smartness.main(sys.argv[2:])", str(ROOT)]
