@@ -107,12 +107,6 @@ WORKER_NICE = 5
 # Captures the daemon applies in one hold of the memory lock, each record they touch written
 # once; a request waiting for the lock ends the batch after the current capture.
 DRAIN_BATCH = 64
-HOOK_NAMES = ("start", "inject", "pretool", "capture", "stop", "precompact", "end")
-# Claude Code event names accepted as aliases of the hook names.
-HOOK_ALIASES = {
-    "SessionStart": "start", "UserPromptSubmit": "inject", "PreToolUse": "pretool",
-    "PostToolUse": "capture", "Stop": "stop", "PreCompact": "precompact", "SessionEnd": "end",
-}
 # Tools whose results are captured, mapped to the thread origin they give.
 TOOL_ORIGINS = {
     "Read": "file_read", "Write": "file_write", "Edit": "file_write", "MultiEdit": "file_write",
@@ -160,6 +154,26 @@ BASE_POOL = 300
 RECALL_MIN_SIMILARITY = 0.2
 # Query texts whose embedding is kept: a prompt's capture reuses its query's vector.
 QUERY_CACHE_SIZE = 16
+# -- hooks and daemon --
+# What the daemon answers a request that needs the memory while it is still loading: the
+# hook then answers in-process and does not start another daemon.
+DAEMON_WARMING = "warming"
+# A recall path longer than this is no recall (and never reaches a regex).
+MAX_RECALL_PATH = 4096
+# Hook payload fields, the type each must have (another type is dropped with a log line),
+# and how many characters of it are kept (None: the hooks' general cut).
+PAYLOAD_FIELDS = {
+    "session_id": (str, 100), "prompt": (str, None), "source": (str, 40), "cwd": (str, 4096),
+    "transcript_path": (str, 4096), "reason": (str, 200), "trigger": (str, 40),
+    "custom_instructions": (str, 2000), "last_assistant_message": (str, None), "tool_name": (str, 100),
+    "tool_input": (dict, None),
+}
+TOOL_INPUT_FIELDS = {
+    "file_path": (str, 4096), "notebook_path": (str, 4096), "content": (str, None), "command": (str, None),
+    "description": (str, 500), "old_string": (str, None), "new_string": (str, None), "new_source": (str, None),
+    "prompt": (str, None), "url": (str, 4096), "query": (str, 2000), "subagent_type": (str, 200),
+    "edits": (list, None),
+}
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -3991,6 +4005,64 @@ def embed_workers():
     return max(1, min(4, (os.cpu_count() or 1) // torch_threads()))
 
 
+def daemon_unreachable(store, patience=2.0):
+    """True when a daemon holds the run lock but does not answer on its socket for `patience`
+    seconds (its socket deleted, or hung); a warming daemon answers, so it is reachable."""
+    deadline = time.monotonic() + patience
+    while daemon_alive(store):
+        if "error" not in request(store, "ping", timeout=1.0):
+            return False
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def kill_daemon(store, timeout=5.0):
+    """End a daemon that cannot be asked to stop: SIGTERM to the pid of daemon.json, then
+    SIGKILL; True when the run lock is free."""
+    import signal
+    pid = daemon_info(store).get("pid")
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(int(pid), sig)
+        except (OSError, ValueError, TypeError):
+            break
+        deadline = time.monotonic() + timeout
+        while daemon_alive(store) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not daemon_alive(store):
+            return True
+    return not daemon_alive(store)
+
+
+def send_msg(sock, obj):
+    """One message of the daemon protocol: a JSON object on one line. ASCII escapes keep
+    any string (a lone surrogate too) encodable, and put no newline inside the message."""
+    sock.sendall(json.dumps(obj, default=str).encode("ascii") + b"\n")
+
+
+def recv_msg(sock, limit=MAX_REQUEST_BYTES):
+    """The one message on `sock` ({} when the peer closed without a word). Raises
+    ValueError when it is not JSON, not an object or longer than `limit` bytes, OSError on
+    a socket error or timeout."""
+    chunks, size = [], 0
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise ValueError("message too large")
+        if chunk.endswith(b"\n"):
+            break
+    msg = json.loads(b"".join(chunks) or b"{}")
+    if not isinstance(msg, dict):
+        raise ValueError("message is not an object")
+    return msg
+
+
 class Daemon:
     """The server: warm memory, a socket, workers embedding the inbox ahead and one thread
     applying it in order.
@@ -4028,6 +4100,10 @@ class Daemon:
         self.started = time.time()
         self.processed = 0
         self.retry_at, self.retry_delay = 0.0, 0.0  # drain back-off: see _retry_later
+        self.socket = socket_path(self.store)
+        self.socket_id = None  # (st_dev, st_ino) of the socket this daemon bound
+        self.server = None
+        self.config_id = None  # (mtime_ns, size, st_ino) of the config.json the memory uses
 
     def run(self):
         import threading
@@ -4041,31 +4117,80 @@ class Daemon:
         # 11 captures/s instead of 14 beside a thread busy half the time (bench numbers).
         sys.setswitchinterval(0.0005)
         self.store.remove_stale_temp_files()  # ours alone run now: any older one was killed
-        path = socket_path(self.store)
-        Store._unlink(path)
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
-        try:
-            _at_socket(path, server.bind)
-        finally:
-            os.umask(old_umask)
-        os.chmod(path, 0o600)
-        server.listen(64)
-        server.settimeout(1.0)
-        self.socket = path
+        Store._unlink(self.socket)
+        self._bind()
         self._write_status()
-        threading.Thread(target=self._accept_loop, args=(server,), daemon=True).start()
         try:
             self._warm()
             self._work_loop()
         finally:
             self.stopping.set()
-            server.close()
-            Store._unlink(path)
+            self.server.close()
+            if self._socket_is_ours():  # never unlink a socket someone else put there
+                Store._unlink(self.socket)
             Store._unlink(self.store.daemon_file)
             os.close(lock_fd)
             self.store.log.info("daemon stopped", processed=self.processed)
         return 0
+
+    def _bind(self):
+        """Listen on self.socket (which must not exist) and serve it from a new accept thread;
+        a previous server socket is closed, which ends its accept thread."""
+        import threading
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
+        try:
+            _at_socket(self.socket, server.bind)
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.socket, 0o600)
+        server.listen(64)
+        server.settimeout(1.0)
+        st = os.lstat(self.socket)
+        old, self.server, self.socket_id = self.server, server, (st.st_dev, st.st_ino)
+        if old is not None:
+            old.close()
+        threading.Thread(target=self._accept_loop, args=(server,), daemon=True).start()
+
+    def _socket_is_ours(self):
+        try:
+            st = os.lstat(self.socket)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.socket_id
+
+    def _check_socket(self):
+        """A daemon whose socket was deleted is deaf: every hook would answer in-process and
+        `daemon start` could not reach it. It binds a new one; a file of someone else's at
+        its path makes it retire instead (it is not ours to remove)."""
+        if self._socket_is_ours():
+            return
+        if os.path.lexists(self.socket):
+            self.store.log.error("daemon socket replaced by another file; retiring", socket=self.socket)
+            self.stopping.set()
+            return
+        try:
+            self._bind()
+            self.store.log.error("daemon socket was deleted; bound again", socket=self.socket)
+        except OSError as exc:
+            self.store.log.error("daemon socket lost and cannot be bound again; retiring", error=repr(exc))
+            self.stopping.set()
+
+    def _refresh_config(self):
+        """Re-read config.json when it changed, so an edit takes effect without a restart;
+        the memory follows (thresholds, language, budgets)."""
+        try:
+            st = os.stat(self.store.path("config.json"))
+            cid = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            cid = None
+        if cid == self.config_id:
+            return
+        self.config_id = cid
+        if self.mem is not None:
+            cfg = self.store.config()
+            with self.lock:
+                self.mem.cfg, self.mem.lang = cfg, cfg["language"]
 
     def _take_lock(self):
         inherited = os.environ.pop("AI_SMARTNESS_LOCK_FD", None)
@@ -4087,6 +4212,7 @@ class Daemon:
     def _warm(self):
         import threading
         t0 = time.monotonic()
+        self._refresh_config()  # the config the memory is about to read
         mem = Memory(self.store.dir)
         mem.ensure_loaded()
         # Every digest entry encoded now, before any request can wait for it; this also
@@ -4102,16 +4228,24 @@ class Daemon:
                             model=mem.embedder.id)
 
     def _work_loop(self):
-        idle_limit = float(self.store.config().get("daemon_idle_seconds", 1800))
         while not self.stopping.is_set():
+            self._refresh_config()
+            self._check_socket()
             self._drain()  # first pass right at start: what was journaled while no daemon ran
-            if time.monotonic() - self.last_request > idle_limit:
+            if time.monotonic() - self.last_request > self._idle_limit():
                 self.store.log.info("daemon idle; exiting")
                 break
             # Hooks wake the worker; the timeout picks up entries journaled without a wake
             # (hooks that found the daemon deaf, a backlog from before it started) within moments.
             self.wake.wait(timeout=0.5)
             self.wake.clear()
+
+    def _idle_limit(self):
+        cfg = self.mem.cfg if self.mem is not None else self.store.config()
+        try:
+            return float(cfg.get("daemon_idle_seconds", 1800))
+        except (TypeError, ValueError):
+            return float(DEFAULT_CONFIG["daemon_idle_seconds"])
 
     def _drain(self):
         """Apply the inbox in order as the workers embed it: each pass takes the oldest
@@ -4265,23 +4399,16 @@ class Daemon:
     def _serve(self, conn):
         try:
             conn.settimeout(10.0)
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-                if len(buf) > MAX_REQUEST_BYTES:
-                    raise ValueError("request too large")
-            req = json.loads(buf or b"{}")
+            req = recv_msg(conn, MAX_REQUEST_BYTES)
             self.last_request = time.monotonic()
-            reply = self.handle(req.get("cmd"), req.get("args") or {}, req.get("version"))
+            args = req.get("args")
+            reply = self.handle(req.get("cmd"), args if isinstance(args, dict) else {}, req.get("version"))
         except Exception as exc:  # one bad request must not take the daemon down
             self.store.log.error("daemon request failed", error=repr(exc))
             reply = {"error": repr(exc)}
         try:
-            conn.sendall(json.dumps(reply, ensure_ascii=False, default=str).encode() + b"\n")
-        except OSError:
+            send_msg(conn, reply)
+        except (OSError, ValueError):
             pass
         finally:
             conn.close()
@@ -4316,17 +4443,16 @@ class Daemon:
                 "model": self.mem.embedder.id if self.mem else None,
                 "threads": len(self.mem.threads) if self.mem else None}
 
-    def cmd_capture(self, entry):
-        """Journal first (durable before the reply), process later in the worker."""
-        cid = self.store.inbox_append(entry)
-        return {"ok": True, "id": cid}
-
     def cmd_hook(self, name, payload):
-        """Run a hook's logic with the warm memory; the hook process only relays stdout."""
-        if name == "capture":
-            return {"ok": True, "stdout": logic_capture(self.store, payload, None)}
+        """Answer a hook with the warm memory; the hook process only relays stdout."""
+        hook = HOOKS.get(name)
+        if hook is None or not hook.via_daemon or not isinstance(payload, dict):
+            return {"error": f"not a daemon hook: {name!r}"}
+        if not hook.needs_memory:
+            return {"ok": True, "stdout": answer(name, payload, self.store, None) or ""}
         if not self.ready:
-            return {"error": "warming"}
+            return {"error": DAEMON_WARMING}
+        self._refresh_config()
         with self._serving():
             # The query's embedding needs only the model: computed before taking the memory
             # lock, a prompt that comes during a drain waits for one capture's apply, not a batch.
@@ -4339,18 +4465,18 @@ class Daemon:
                 if vec is not None and text != query:
                     self.mem.remember_vector(query, vec)
             with self.lock:
-                out = HOOK_LOGIC[name](self.store, payload, self.mem)
-        return {"ok": True, "stdout": out}
+                out = answer(name, payload, self.store, self.mem)
+        return {"ok": True, "stdout": out or ""}
 
     def _locked(self, fn, *args, **kw):
         if not self.ready:
-            return {"error": "warming"}
+            return {"error": DAEMON_WARMING}
         with self._serving(), self.lock:
             return {"ok": True, "result": fn(*args, **kw)}
 
     def cmd_drain(self):
         if not self.ready:
-            return {"error": "warming"}
+            return {"error": DAEMON_WARMING}
         with self._serving(), self.lock:
             done = self.mem.drain()
         self.processed += len(done)
@@ -4389,21 +4515,62 @@ class _Serving:
 
 # ==== 9. Hooks ====
 # `hook <name>` reads the Claude Code payload on stdin and prints only what the event's
-# contract allows. The logic functions below run in the daemon when it is warm (same code,
-# warm memory) and in the hook process otherwise, where retrieval is lexical so that no hook
-# ever waits for a model to load. Every error ends in a log line and exit 0.
+# contract allows. Each hook is declared once, with @hook; its `hook_*` function runs in the
+# daemon when it is warm (same code, warm memory) and in the hook process otherwise, where
+# retrieval is lexical so that no hook ever waits for a model to load. `parse_payload` and
+# `answer` are the hook without its process; `run_hook`, the process shell around them, adds
+# the stdin, the time budget, the daemon round trip and the exit 0 whatever happens.
 MAX_HOOK_INPUT = 8 * 1024 * 1024
-# Hard time limits per hook, far below the timeouts in settings.json.
-HOOK_BUDGETS = {"start": 3.0, "inject": 4.0, "pretool": 4.0, "capture": 3.0, "stop": 3.0,
-                "precompact": 20.0, "end": 1.0}
 # Payload key naming a hook's capture before the daemon sees it: when the daemon's reply comes
 # too late and the hook journals in-process too, both write one inbox file, stored once.
 CAPTURE_KEY = "_ai_smartness_capture_id"
-_RECALL_RE = LazyRe(r"(?:^|/)\.ai/recall/+(?P<q>[^/].*)$")
+# Payload key set by the process shell once it journaled the prompt itself (see run_hook).
+JOURNALED_KEY = "_ai_smartness_journaled"
 
 
 class HookTimeout(BaseException):
     """Raised by the budget timer; a BaseException so no broad except swallows it."""
+
+
+# The budget timer's state: `defer` while a capture is being journaled (the timeout then
+# waits, `expired`, until the write is done).
+BUDGET = {"defer": False, "expired": False}
+
+
+def on_budget_alarm(signum, frame):
+    if BUDGET["defer"]:
+        BUDGET["expired"] = True
+        return
+    BUDGET["expired"] = False
+    raise HookTimeout()
+
+
+class Hook:
+    """One Claude Code hook: its name (`hook <name>`), the event it answers, its hard time
+    budget in seconds (far below the timeouts of settings.json), whether a warm daemon
+    answers it, whether that needs the memory (else the daemon answers it while warming),
+    and its function (store, payload, mem) -> stdout text."""
+
+    def __init__(self, name, event, budget, via_daemon, needs_memory, fn):
+        self.name, self.event, self.budget, self.fn = name, event, budget, fn
+        self.via_daemon, self.needs_memory = via_daemon, needs_memory
+
+
+HOOKS = {}  # name -> Hook, in declaration order
+
+
+def hook(name, event, budget, via_daemon=False, needs_memory=True):
+    """Declare a hook: the one place that knows its name, event, budget and route."""
+    def register(fn):
+        HOOKS[name] = Hook(name, event, budget, via_daemon, needs_memory, fn)
+        return fn
+    return register
+
+
+def hook_named(name):
+    """The Hook called `name`, or answering the Claude Code event `name`; None if neither."""
+    found = HOOKS.get(name)
+    return found or next((h for h in HOOKS.values() if h.event == name), None)
 
 
 def digest(store):
@@ -4431,26 +4598,58 @@ def lexical_memory(store, query, extra=()):
     return partial_memory(store, query, extra)[0]
 
 
+def same_dir(a, b):
+    a, b = os.path.normpath(a), os.path.normpath(b)
+    return a == b or os.path.realpath(a) == os.path.realpath(b)
+
+
 def recall_query(payload, project):
-    """The query of a Read of .ai/recall/<query> (relative, or absolute under this project),
-    else None. The query is only ever used as search text, never as a path."""
+    """The query of a Read of this project's own .ai/recall/<query>, else None. The folder
+    holding .ai/ must be the project: given absolute, or relative to the payload's cwd (to
+    the project when the payload names no cwd); `vendor/pkg/.ai/recall/x` is someone else's.
+    The query is only ever used as search text, never as a path."""
     if payload.get("tool_name") != "Read":
         return None
     inp = payload.get("tool_input")
     path = inp.get("file_path") if isinstance(inp, dict) else None
-    if not isinstance(path, str) or ".ai/recall/" not in path.replace("\\", "/"):
-        return None
+    if not isinstance(path, str) or len(path) > MAX_RECALL_PATH:
+        return None  # nothing longer is a query, and the cut keeps every scan below linear
     path = path.replace("\\", "/")
-    match = _RECALL_RE.search(path)
-    if not match:
+    marker = ".ai/recall/"
+    at = path.find(marker)
+    while at > 0 and path[at - 1] != "/":  # "x.ai/recall/" is not a .ai folder
+        at = path.find(marker, at + 1)
+    if at < 0:
         return None
-    prefix = path[: match.start()].rstrip("/")
-    if prefix and os.path.isabs(prefix) and os.path.normpath(prefix) != os.path.normpath(project):
-        return None  # another project's recall path: not ours to answer
+    folder = path[:at]
+    if not os.path.isabs(folder):
+        cwd = payload.get("cwd")
+        if isinstance(cwd, str) and os.path.isabs(cwd):
+            folder = os.path.join(cwd, folder)
+        elif folder:
+            return None  # relative to an unknown folder: not provably ours
+        else:
+            folder = project
+    if not same_dir(folder, project):
+        return None  # another folder's recall path: not ours to answer
     from urllib.parse import unquote
-    query = unquote(match.group("q")).replace("/", " ").strip()
-    query = re.sub(r"\.(md|txt)$", "", query)
+    query = unquote(path[at + len(marker):]).replace("/", " ").strip()
+    if query.endswith((".md", ".txt")):
+        query = query.rsplit(".", 1)[0]
     return query[:300] or None
+
+
+def own_file(payload, data_dir):
+    """True for a tool call on a file of our own data dir (a recall answer, the synthesis):
+    capturing it would loop, so the process shell drops it before any daemon request."""
+    inp = payload.get("tool_input")
+    path = (inp.get("file_path") or inp.get("notebook_path")) if isinstance(inp, dict) else None
+    if not isinstance(path, str) or not path:
+        resp = payload.get("tool_response")
+        path = resp.get("filePath") if isinstance(resp, dict) else None
+    if not isinstance(path, str) or len(path) > MAX_RECALL_PATH or ".ai" not in path:
+        return False
+    return is_inside(path.replace("\\", "/"), data_dir)
 
 
 def recall_file(store, query, text):
@@ -4471,7 +4670,8 @@ def add_rules_to_store(store, texts, now):
     return added
 
 
-def logic_start(store, payload, mem):
+@hook("start", event="SessionStart", budget=3.0)
+def hook_start(store, payload, mem):
     cfg = store.config()
     lang, now = cfg["language"], time.time()
     hb = store.heartbeat()
@@ -4513,31 +4713,68 @@ def proactive_suggestion(threads, prompt, lang):
     return tr("ctx_suggest", lang, title=t["title"], query=" ".join(shared[:3]))
 
 
-def logic_inject(store, payload, mem):
+def journal(store, entry, name=None):
+    """Journal one capture (None: noise, nothing to do) and return its inbox id. The budget
+    timer cannot interrupt the write: SIGALRM waits until it is done. A write that fails
+    anyway is logged as "capture dropped" (health counts those) and gives None."""
+    if not entry:
+        return None
+    # A flag rather than a signal mask: Python runs the handler in the main thread whichever
+    # thread the kernel picked, so only the handler itself can hold the timeout back.
+    outer = BUDGET["defer"]
+    BUDGET["defer"] = True
+    try:
+        return store.inbox_append(entry, name)
+    except (OSError, ValueError) as exc:
+        store.log.error("capture dropped", source=entry.get("source"), error=repr(exc))
+        return None
+    finally:
+        BUDGET["defer"] = outer
+        if BUDGET["expired"] and not outer:
+            import _signal as signal
+            signal.setitimer(signal.ITIMER_REAL, 0.001)  # the deferred timeout, right after this
+
+
+def journal_prompt(store, payload):
+    """Journal the prompt of an inject payload under its CAPTURE_KEY, once: what the process
+    shell journaled before asking the daemon is not written again."""
+    prompt = payload.get("prompt")
+    if payload.get(JOURNALED_KEY) or not isinstance(prompt, str) or not prompt.strip():
+        return payload.get(CAPTURE_KEY) if payload.get(JOURNALED_KEY) else None
+    cid = journal(store, prepare_capture(prompt, "prompt", session_id=payload.get("session_id")),
+                  payload.get(CAPTURE_KEY))
+    if cid:
+        payload[CAPTURE_KEY], payload[JOURNALED_KEY] = cid, True
+    return cid
+
+
+@hook("inject", event="UserPromptSubmit", budget=4.0, via_daemon=True)
+def hook_inject(store, payload, mem):
     prompt = payload.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         return ""
-    cfg = store.config()
+    # Journaled before anything else: the budget may end the rest, never the capture.
+    cid = journal_prompt(store, payload)
+    cfg = mem.cfg if mem else store.config()
     lang, now = cfg["language"], time.time()
     session = payload.get("session_id")
     add_rules_to_store(store, detect_rules(redact(prompt)), now)  # user_rules.json must hold no secret
     hb = store.heartbeat()
     source = mem or lexical_memory(store, prompt, [hb.get("last_thread")])
-    ctx = source.context(prompt, cfg["inject_budget"])
+    # The prompt just journaled is not its own context, should a drain have stored it already.
+    ctx = source.context(prompt, cfg["inject_budget"], exclude=("m" + cid[1:],) if cid else ())
     text = ctx["text"]
     if hb.get("prompt_session") != session:
         hint = proactive_suggestion(mem.threads if mem else digest(store), prompt, lang)
         if hint and len(text) + len(hint) + 1 <= cfg["inject_budget"]:
             text += "\n" + hint
-    entry = prepare_capture(prompt, "prompt", session_id=session)
-    if entry:
-        store.inbox_append(entry, payload.get(CAPTURE_KEY))
     store.update_heartbeat(last_interaction=iso(now), prompt_session=session,
                            last_served_inject="daemon" if mem else "in-process")
     return context_output("UserPromptSubmit", text)
 
 
-def logic_pretool(store, payload, mem):
+@hook("pretool", event="PreToolUse", budget=4.0, via_daemon=True)
+def hook_pretool(store, payload, mem):
     project = os.path.dirname(store.dir)
     query = recall_query(payload, project)
     if query is None:
@@ -4557,32 +4794,31 @@ def logic_pretool(store, payload, mem):
                                               "updatedInput": updated}}, ensure_ascii=False)
 
 
-def logic_capture(store, payload, mem):
+@hook("capture", event="PostToolUse", budget=3.0, via_daemon=True, needs_memory=False)
+def hook_capture(store, payload, mem):
     cap = tool_capture(payload, store.dir)
     if not cap:
         return ""
-    entry = prepare_capture(cap["text"], cap["source"], cap["file"], session_id=payload.get("session_id"),
-                            origin=cap["origin"])
-    if entry:
-        store.inbox_append(entry, payload.get(CAPTURE_KEY))
+    journal(store, prepare_capture(cap["text"], cap["source"], cap["file"], session_id=payload.get("session_id"),
+                                   origin=cap["origin"]), payload.get(CAPTURE_KEY))
     return ""
 
 
-def logic_stop(store, payload, mem):
+@hook("stop", event="Stop", budget=3.0)
+def hook_stop(store, payload, mem):
     text = payload.get("last_assistant_message")
     if not isinstance(text, str) or not text.strip():
         text = last_assistant_text(payload.get("transcript_path"))
     if text:
-        entry = prepare_capture(text, "assistant", session_id=payload.get("session_id"))
-        if entry:
-            store.inbox_append(entry)
+        journal(store, prepare_capture(text, "assistant", session_id=payload.get("session_id")))
     hb = store.heartbeat()
     store.update_heartbeat(beats=int(hb.get("beats", 0)) + 1, last_session=payload.get("session_id"),
                            last_thread=store.state().get("hot_thread"), last_interaction=iso(time.time()))
     return ""
 
 
-def logic_end(store, payload, mem):
+@hook("end", event="SessionEnd", budget=1.0)
+def hook_end(store, payload, mem):
     store.update_heartbeat(last_session_end=iso(time.time()), last_end_reason=payload.get("reason"))
     return ""
 
@@ -4597,20 +4833,23 @@ def transcript_texts(path, max_bytes=4 * 1024 * 1024):
     """(role, text) of the main conversation, from the end of a transcript. The format is
     internal to Claude Code: unknown records and unreadable lines are skipped."""
     out = []
-    if not isinstance(path, str) or not os.path.isfile(path):
+    try:
+        if not isinstance(path, str) or not os.path.isfile(path):
+            return out
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read(max_bytes)
+    except (OSError, ValueError):  # /proc files, a path with NUL, a file gone meanwhile
         return out
-    with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        fh.seek(max(0, size - max_bytes))
-        data = fh.read()
     lines = data.split(b"\n")
     if size > max_bytes:
         lines = lines[1:]  # the first line is cut
     for line in lines:
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             continue
         if not isinstance(rec, dict) or rec.get("type") not in ("user", "assistant") or rec.get("isSidechain"):
             continue
@@ -4669,7 +4908,8 @@ def build_synthesis(texts, threads, now, trigger=None, instructions=None, sessio
     return doc
 
 
-def logic_precompact(store, payload, mem):
+@hook("precompact", event="PreCompact", budget=20.0)
+def hook_precompact(store, payload, mem):
     now = time.time()
     texts = [(r, redact(t)) for r, t in transcript_texts(payload.get("transcript_path"))]
     doc = build_synthesis(texts, digest(store), now, payload.get("trigger"), payload.get("custom_instructions"),
@@ -4681,12 +4921,6 @@ def logic_precompact(store, payload, mem):
 
 def latest_synthesis(store):
     return store.latest_synthesis()
-
-
-HOOK_LOGIC = {"start": logic_start, "inject": logic_inject, "pretool": logic_pretool, "capture": logic_capture,
-              "stop": logic_stop, "precompact": logic_precompact, "end": logic_end}
-# Hooks whose work is worth sending to a warm daemon.
-DAEMON_HOOKS = ("inject", "pretool", "capture")
 
 
 def trim_strings(value, limit=60000):
@@ -4701,77 +4935,173 @@ def trim_strings(value, limit=60000):
     return value
 
 
-def run_hook(name, project_arg=None):
-    """Entry point of every hook process. Always returns 0."""
-    os.umask(0o077)  # whatever we create is private, whatever umask Claude Code runs with
-    store = None
-    # _signal is signal without its enum wrappers, which take a millisecond to build.
-    import _signal as signal
-
-    def on_alarm(signum, frame):
-        raise HookTimeout()
+def parse_payload(raw, log=None):
+    """A hook's stdin (bytes) -> the payload dict, or None (after `log(msg, **fields)`) when it
+    is too large, empty, not JSON or not an object. Keys of our own are removed: only the
+    process shell sets them."""
+    log = log or (lambda msg, **fields: None)
+    if len(raw) > MAX_HOOK_INPUT:
+        log("hook payload too large; ignored", bytes=len(raw))
+        return None
+    if not raw.strip():
+        # Claude Code always sends a payload: an empty stdin is a broken setup, not an event.
+        log("hook payload is empty; ignored")
+        return None
     try:
-        name = HOOK_ALIASES.get(name, name)
-        if name not in HOOK_LOGIC:
-            raise UsageError(f"unknown hook {name!r}")
-        if os.environ.get("AI_SMARTNESS_INTERNAL"):
-            return 0  # started by ai_smartness itself: capturing it would loop
-        signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, HOOK_BUDGETS[name])
+        payload = json.loads(raw.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError) as exc:
+        log("hook payload is not JSON", error=str(exc)[:200])
+        return None
+    if not isinstance(payload, dict):
+        log("hook payload is not an object")
+        return None
+    for key in (CAPTURE_KEY, JOURNALED_KEY):
+        payload.pop(key, None)
+    return payload
+
+
+def _typed(doc, fields, log, where=""):
+    """Keep each of `fields` in `doc` only when of its type, a number standing for a string
+    turned into one, strings cut to their limit; log what is dropped."""
+    for key, (kind, limit) in fields.items():
+        value = doc.get(key)
+        if value is None:
+            continue
+        if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, kind):
+            log("hook payload field ignored", field=where + key, type=type(value).__name__)
+            del doc[key]
+            continue
+        doc[key] = value[:limit] if limit and isinstance(value, str) else value
+
+
+def clean_payload(payload, log=None):
+    """The payload with every field the hooks read of the type they expect (PAYLOAD_FIELDS,
+    TOOL_INPUT_FIELDS): a Write whose content is not text, a 60,000-character reason or a
+    session id that is an object never reach the logic or the disk."""
+    log = log or (lambda msg, **fields: None)
+    doc = dict(payload)
+    _typed(doc, PAYLOAD_FIELDS, log)
+    if isinstance(doc.get("tool_input"), dict):
+        doc["tool_input"] = dict(doc["tool_input"])
+        _typed(doc["tool_input"], TOOL_INPUT_FIELDS, log, "tool_input.")
+    resp = doc.get("tool_response")
+    if isinstance(resp, dict):
+        # Only Task and Agent answer with a list of blocks; elsewhere content is file text.
+        kinds = (str, list) if doc.get("tool_name") in ("Task", "Agent") else str
+        doc["tool_response"] = dict(resp)
+        _typed(doc["tool_response"], {"filePath": (str, 4096), "content": (kinds, None)}, log, "tool_response.")
+    return doc
+
+
+def answer(name, payload, store, mem=None):
+    """The exact stdout of hook `name` for `payload` (None: print nothing), answered with
+    `mem`, the daemon's warm memory, or in-process when it is None. Raises what the logic
+    raises: the process shell and the daemon each catch it their own way."""
+    found = HOOKS[name]
+    payload = clean_payload(trim_strings(payload), lambda msg, **f: store.log.error(msg, hook=name, **f))
+    return found.fn(store, payload, mem) or None
+
+
+def process_age():
+    """Seconds since this process started (0.0 where /proc cannot tell): a hook's budget
+    counts from there, so the interpreter's start and the import are spent from it too."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
+def run_hook(name, project_arg=None):
+    """Entry point of every hook process: prints answer()'s text or nothing, returns 0 and
+    lets nothing escape, not even the budget timer firing in an except clause."""
+    import _signal as signal
+    try:
+        os.umask(0o077)  # whatever we create is private, whatever umask Claude Code runs with
+        try:
+            return _hook_process(name, project_arg, signal)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except BaseException:  # the timer is one-shot: once here, nothing can interrupt this
+        return 0
+
+
+def _hook_process(name, project_arg, signal):
+    age = process_age()
+    found = hook_named(name)
+    if found is None or os.environ.get("AI_SMARTNESS_INTERNAL"):
+        return 0  # unknown, or started by ai_smartness itself: capturing it would loop
+
+    BUDGET.update(defer=False, expired=False)
+    signal.signal(signal.SIGALRM, on_budget_alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(0.05, found.budget - age))
+    store, payload = None, None
+    try:
         raw = sys.stdin.buffer.read(MAX_HOOK_INPUT + 1)
         project = find_project(project_arg)
         store = Store(data_dir_of(project))
         if not os.path.isdir(store.inbox_dir):
             store.ensure()
-        if len(raw) > MAX_HOOK_INPUT:
-            store.log.error("hook payload too large; ignored", hook=name, bytes=len(raw))
-            return 0
-        if not raw.strip():
-            # Claude Code always sends a payload: an empty stdin is a broken setup, not an event.
-            store.log.error("hook payload is empty; ignored", hook=name)
-            return 0
-        try:
-            payload = json.loads(raw.decode("utf-8", errors="replace"))
-        except ValueError as exc:
-            store.log.error("hook payload is not JSON", hook=name, error=str(exc)[:200])
-            return 0
-        if not isinstance(payload, dict):
-            store.log.error("hook payload is not an object", hook=name)
-            return 0
-        if name == "pretool" and recall_query(payload, project) is None:
-            return 0  # every other tool call passes untouched, before any further work
-        out = None
-        if name in DAEMON_HOOKS:
-            payload[CAPTURE_KEY] = new_id("c")
-            budget = store.config()["hook_budget_ms"] / 1000.0 if name != "capture" else 1.0
-            reply = request(store, "hook", timeout=budget, name=name, payload=trim_strings(payload))
-            if reply.get("ok"):
-                out = reply.get("stdout") or ""
-            elif reply.get("error") != "warming":
-                start_daemon(store, project)
-        if out is None:
-            out = HOOK_LOGIC[name](store, trim_strings(payload), None)
-        if name == "start":
-            start_daemon(store, project)
+        payload = parse_payload(raw, lambda msg, **f: store.log.error(msg, hook=found.name, **f))
+        if payload is not None:
+            payload = trim_strings(payload)
+        out = shell_answer(found, payload, store, project) if payload is not None else None
         signal.setitimer(signal.ITIMER_REAL, 0)
         if out:
-            sys.stdout.write(out)
+            sys.stdout.buffer.write(out.encode("utf-8", "replace"))
             sys.stdout.flush()
     except HookTimeout:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         if store:
-            store.log.error("hook over its time budget; answered nothing", hook=name)
+            if found.name == "inject" and payload and not payload.get(JOURNALED_KEY):
+                store.log.error("capture dropped", source="prompt", error="hook over its time budget")
+            store.log.error("hook over its time budget; answered nothing", hook=found.name)
     except BaseException as exc:  # fail open: Claude Code must never see a crash
-        if isinstance(exc, (SystemExit, KeyboardInterrupt)):
-            return 0
-        if store:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if store and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             import traceback
-            store.log.error("hook failed", hook=name, error=repr(exc), trace=traceback.format_exc()[-2000:])
-    finally:
-        try:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        except (ValueError, OSError):
-            pass
+            store.log.error("hook failed", hook=found.name, error=repr(exc), trace=traceback.format_exc()[-2000:])
     return 0
+
+
+def shell_answer(found, payload, store, project):
+    """What the process shell does with a parsed payload: the cheap gates first, the prompt
+    journaled, then the warm daemon if there is one, else answer() in-process."""
+    if found.name == "pretool" and recall_query(payload, project) is None:
+        return None  # every other tool call passes untouched, before any further work
+    if found.name == "capture" and own_file(payload, store.dir):
+        return None  # a Read of our own recall answer: no round trip only to discard it
+    if found.via_daemon:
+        payload[CAPTURE_KEY] = new_id("c")
+    if found.name == "inject":
+        # Journaled (and fsynced) before the daemon is asked anything: neither a slow daemon
+        # nor the budget can lose the prompt. The daemon then does not journal it again.
+        if journal_prompt(store, clean_payload(payload)):
+            payload[JOURNALED_KEY] = True
+    if found.via_daemon:
+        reply = request(store, "hook", timeout=daemon_wait(store, found), name=found.name, payload=payload)
+        if reply.get("ok"):
+            return reply.get("stdout") or None
+        if reply.get("error") != DAEMON_WARMING:
+            start_daemon(store, project)
+    out = answer(found.name, payload, store, None)
+    if found.name == "start":
+        start_daemon(store, project)
+    return out
+
+
+def daemon_wait(store, found):
+    """How long a hook waits for the daemon's answer before answering in-process."""
+    if not found.needs_memory:
+        return 1.0  # journaling a capture takes the daemon milliseconds
+    try:
+        return max(0.1, float(store.config()["hook_budget_ms"]) / 1000.0)
+    except (TypeError, ValueError, KeyError):
+        return DEFAULT_CONFIG["hook_budget_ms"] / 1000.0
 
 
 # ==== 10. CLI ====
@@ -5074,6 +5404,10 @@ def do_daemon(cli, args):
             if not stop_daemon(store):
                 raise DaemonError(tr("daemon_stop_failed", lang))
             state = start_daemon(store, cli.project)
+        if state == "running" and daemon_unreachable(store):  # alive but deaf: replace it
+            if not kill_daemon(store):
+                raise DaemonError(tr("daemon_stop_failed", lang))
+            state = start_daemon(store, cli.project)
         ready = wait_ready(store, 120.0)
         if not ready:
             raise DaemonError(tr("daemon_not_ready", lang))
@@ -5081,6 +5415,8 @@ def do_daemon(cli, args):
         return emit(args, dict(info, state=state), tr("daemon_running", lang, pid=info.get("pid"),
                                                       model=info.get("model")))
     info = request(store, "status") if daemon_alive(store) else {"running": False}
+    if "error" in info and daemon_unreachable(store):  # `health` says running: so does status
+        raise DaemonError(tr("daemon_unreachable", lang, pid=daemon_info(store).get("pid")))
     info.setdefault("running", bool(info.get("ok")))
     return emit(args, info, tr("daemon_running", lang, pid=info.get("pid"), model=info.get("model"))
                 if info.get("ok") else tr("daemon_absent", lang))

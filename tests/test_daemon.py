@@ -476,7 +476,7 @@ def test_a_late_daemon_reply_does_not_duplicate_the_capture(proj):
         while not buf.endswith(b"\n"):
             buf += conn.recv(65536)
         args = json.loads(buf)["args"]
-        mod.HOOK_LOGIC[args["name"]](store, args["payload"], None)  # journaled, then silence
+        mod.answer(args["name"], args["payload"], store)  # journaled, then silence
         held.append(conn)
     worker = threading.Thread(target=slow_daemon, daemon=True)
     worker.start()
