@@ -221,16 +221,25 @@ def test_pip_bootstrap_checks_the_wheel_sha256(tmp_path, monkeypatch, capsys, di
 
 
 def test_nothing_is_group_or_world_writable_under_umask_000(home, target):
-    ok(run(home, "--no-embeddings", "--shortcut", target, umask=0))
     ai = target / ".ai"
-    made = [target / ".claude", target / ".claude" / "settings.json", target / ".gitignore",
-            home / ".local" / "bin", home / ".local" / "bin" / "ai"]
-    for path in made:
-        assert not path.stat().st_mode & 0o022, (path, oct(path.stat().st_mode))
-    inside = [ai, *ai.rglob("*")]
-    assert ai / "__pycache__" in inside and ai / "i18n" / "en.json" in inside and ai / "logs" in inside
-    for path in inside:  # the module, i18n, bytecode and memory: the user's alone
-        assert not path.lstat().st_mode & 0o077, (path, oct(path.lstat().st_mode))
+
+    def check():
+        made = [target / ".claude", target / ".claude" / "settings.json", target / ".gitignore",
+                home / ".local" / "bin", home / ".local" / "bin" / "ai"]
+        for path in made:
+            assert not path.stat().st_mode & 0o022, (path, oct(path.stat().st_mode))
+        inside = [ai, *ai.rglob("*")]
+        assert ai / "__pycache__" in inside and ai / "i18n" / "en.json" in inside and ai / "logs" in inside
+        for path in inside:  # the module, i18n, bytecode and memory: the user's alone
+            assert not path.lstat().st_mode & 0o077, (path, oct(path.lstat().st_mode))
+    ok(run(home, "--no-embeddings", "--shortcut", target, umask=0))
+    check()
+    # An older install's readable module, catalog and bytecode become private on the next run.
+    for path in (ai / "ai_smartness.py", ai / "i18n" / "en.json", *(ai / "__pycache__").iterdir()):
+        path.chmod(0o644)
+    (ai / "__pycache__").chmod(0o755)
+    ok(run(home, "--no-embeddings", "--shortcut", target, umask=0))
+    check()
     ok(run(home, "--uninstall", target))
 
 
