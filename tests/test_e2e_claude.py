@@ -8,13 +8,13 @@ it these tests skip, or fail when CI is set.
 """
 
 import json
-import os
 import re
 import urllib.request
 
 import pytest
 
-from e2e_support import Sandbox, claude_bin, json_strings, wait_for
+from e2e_support import Sandbox, claude_bin, json_strings
+from support import event_hooks, unavailable, wait_for
 from fake_anthropic import (FakeAnthropic, request_text, system_entries, tool_results, tool_use,
                             user_prompt)
 
@@ -41,9 +41,6 @@ SESSION1_PROMPT = "Please refactor the JWT refresh token rotation in auth.py (ti
 SESSION2_PROMPT = "Continue the JWT refresh token rotation refactoring in auth.py"
 BRIEFING_MARK = "SessionStart hook additional context:"
 MEMORY_MARK = "UserPromptSubmit hook additional context:"
-HOOK_EVENTS = {"start": "SessionStart", "inject": "UserPromptSubmit", "pretool": "PreToolUse",
-               "capture": "PostToolUse", "stop": "Stop", "precompact": "PreCompact",
-               "end": "SessionEnd"}
 FINAL = "All done."
 
 
@@ -51,11 +48,8 @@ FINAL = "All done."
 def sandbox(tmp_path):
     claude = claude_bin()
     if not claude:
-        message = ("real Claude Code CLI not found: set AI_SMARTNESS_CLAUDE_BIN to its binary "
-                   "(tests/run.sh installs @anthropic-ai/claude-code@2.1.197 and sets it)")
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("real Claude Code CLI not found: set AI_SMARTNESS_CLAUDE_BIN to its binary "
+                    "(tests/run.sh installs @anthropic-ai/claude-code@2.1.197 and sets it)")
     box = Sandbox(tmp_path, claude)
     try:
         done = box.install()
@@ -158,7 +152,7 @@ def test_install_keeps_foreign_settings_and_uninstall_restores_them(sandbox):
             assert settings.get(key) == value, (key, settings)
     assert box.foreign_entry in settings["hooks"]["PostToolUse"], settings["hooks"]
     ai_dir = str(box.project / ".ai")
-    for name, event in HOOK_EVENTS.items():
+    for name, event in event_hooks().items():
         commands = [h.get("command", "") for entry in settings["hooks"].get(event, [])
                     for h in entry.get("hooks", [])]
         ours = [c for c in commands if c.endswith(" hook %s # ai_smartness" % name)]

@@ -50,17 +50,25 @@ def test_decisions_are_logged_with_scores(project):
     lines = [json.loads(l) for l in (project / ".ai" / "logs" / "ai_smartness.log").read_text().splitlines()]
     decisions = [l for l in lines if l["msg"] == "decision"]
     assert len(decisions) == 20
-    assert all("score" in d and "top" in d and d["llm_used"] is False for d in decisions)
+    # Each line says what was decided, for which thread, and the scores behind it.
+    assert [d["action"] for d in decisions].count("NEW_THREAD") >= 3
+    assert {d["action"] for d in decisions} <= {"NEW_THREAD", "CONTINUE", "FORK", "REACTIVATE"}
+    assert all(d["thread"] and 0 <= d["score"] <= 1 for d in decisions)
+    assert all(d["top"][0]["score"] >= t["score"] for d in decisions for t in d["top"][1:])
+    continued = [d for d in decisions if d["action"] == "CONTINUE"]
+    assert continued and all(d["score"] == d["top"][0]["score"] for d in continued)
 
 
 def test_bridges_link_threads_and_never_duplicate(project):
     mem, _ = fill(project)
-    mem.capture("The Postgres migration depends on the JWT refresh token table being created first")
+    joined = mem.capture("The Postgres migration depends on the JWT refresh token table being created first")
     pairs = [ais.pair_key(b["source_id"], b["target_id"]) for b in mem.bridges.values()]
     assert pairs and len(pairs) == len(set(pairs))
     assert all(b["source_id"] != b["target_id"] for b in mem.bridges.values())
     assert all(0 < b["confidence"] <= 1 for b in mem.bridges.values())
-    assert len({round(b["confidence"], 4) for b in mem.bridges.values()}) >= 1
+    # Bridges join live threads, and the thread of the message naming both topics is one end.
+    assert all({b["source_id"], b["target_id"]} <= set(mem.threads) for b in mem.bridges.values())
+    assert any(joined["thread_id"] in (b["source_id"], b["target_id"]) for b in mem.bridges.values())
 
 
 def test_capture_at_keeps_the_content_time_and_noise_is_skipped(project):

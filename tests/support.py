@@ -1,0 +1,202 @@
+"""What every test file shares: paths, the event<->hook map, polling, stopping daemons, hook
+payloads, and the fixtures that come from ../shared.
+
+Imported by conftest.py, the test files and e2e_support.py; it imports ai_smartness, so the
+repo root must be on sys.path first (conftest does that)."""
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "ai_smartness.py"
+SHARED = ROOT.parent / "shared"
+for _path in (ROOT, Path(__file__).resolve().parent):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import ai_smartness as mod  # noqa: E402  (needs the sys.path above)
+
+# Generous: a loaded CI machine can be slow, and a passing run never waits this long.
+DEADLINE = 60.0
+SESSION = "11111111-2222-3333-4444-555555555555"
+
+
+# ---- the hooks, as the module declares them ----
+
+def hook_events():
+    """{Claude Code event: our hook name}, read from the module: the one place to change when
+    the module's hook declaration changes shape."""
+    return dict(mod.HOOK_ALIASES)
+
+
+def event_hooks():
+    """{our hook name: Claude Code event}."""
+    return {name: event for event, name in hook_events().items()}
+
+
+# ---- missing prerequisites ----
+
+def unavailable(reason):
+    """A prerequisite is missing: skip with the reason here, fail under CI, where a skip would
+    hide that the test never ran."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: this must not skip)")
+    pytest.skip(reason)
+
+
+def shared_path(*parts):
+    """A path under ../shared (real Claude Code fixtures), or unavailable() when absent."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        unavailable(f"shared fixtures absent: {path}")
+    return path
+
+
+# ---- polling ----
+
+def wait_for(predicate, what=None, timeout=DEADLINE, interval=0.05):
+    """Poll predicate() until it returns something truthy, and return that. At the deadline,
+    fail the test with "timed out waiting for <what>"; without `what`, return the last falsy
+    value instead (for clean-up paths that must not fail)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            if what is not None:
+                pytest.fail(f"timed out waiting for {what}")
+            return value
+        time.sleep(interval)
+
+
+# ---- daemons ----
+
+def store_of(project):
+    return mod.Store(mod.data_dir_of(str(project)))
+
+
+def daemon_pids(under):
+    """Live (not zombie) `daemon run` processes whose argv names a path under `under`, from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        top = str(under).encode()
+        if state != "Z" and b"run" in argv and b"daemon" in argv and any(
+                a == top or a.startswith(top + b"/") for a in argv):
+            out.append(int(entry))
+    return out
+
+
+def stop_daemons(*projects, under=None, timeout=30.0):
+    """Stop the daemon of each project (asked, then SIGTERM by the module's own stop_daemon),
+    then SIGKILL any `daemon run` process left under `under` (a test's tmp_path: daemons of
+    projects the test did not name). In-process: no CLI process per project. True when no
+    daemon is left."""
+    for project in projects:
+        if not (Path(project) / ".ai").is_dir():
+            continue
+        store = store_of(project)
+        # A hook may have spawned a daemon that has not written daemon.json yet: its run lock
+        # is held from the spawn on, so wait on the lock rather than on the status file.
+        deadline = time.monotonic() + timeout
+        while mod.daemon_alive(store) and time.monotonic() < deadline:
+            mod.stop_daemon(store, timeout=2.0)
+    for pid in daemon_pids(under) if under is not None else []:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if under is not None and not wait_for(lambda: not daemon_pids(under), timeout=10):
+        return False
+    return not any((Path(p) / ".ai").is_dir() and mod.daemon_alive(store_of(p)) for p in projects)
+
+
+# ---- hook payloads: one factory per event, shaped like the real client's ----
+
+def _base(event, session=SESSION, project=None):
+    cwd = str(project) if project is not None else "/x"
+    transcript = str(Path(project) / "t.jsonl") if project is not None else "/nonexistent/t.jsonl"
+    return {"session_id": session, "transcript_path": transcript, "cwd": cwd, "hook_event_name": event}
+
+
+def start_payload(source="startup", session=SESSION, project=None):
+    return dict(_base("SessionStart", session, project), source=source)
+
+
+def prompt_payload(text, session=SESSION, project=None):
+    return dict(_base("UserPromptSubmit", session, project), prompt=text)
+
+
+def read_payload(path, session=SESSION, project=None):
+    """PreToolUse of a Read: a recall when `path` is under .ai/recall/."""
+    return dict(_base("PreToolUse", session, project), tool_name="Read", tool_input={"file_path": path},
+                tool_use_id="toolu_1")
+
+
+def post_payload(tool, tool_input, tool_response, session=SESSION, project=None):
+    return dict(_base("PostToolUse", session, project), tool_name=tool, tool_input=tool_input,
+                tool_response=tool_response, tool_use_id="toolu_2", duration_ms=5)
+
+
+def bash_payload(marker, i=0, session=SESSION, project=None):
+    """A PostToolUse of Bash shaped like fixtures/PostToolUse_Bash.json, carrying `marker`."""
+    return dict(post_payload("Bash", {"command": f"python -m pytest tests/test_parser_{i}.py",
+                                      "description": f"run suite {i}"},
+                             {"stdout": f"collected 12 items; parser regression {marker} fixed in tokenizer "
+                                        f"stage {i}", "stderr": "", "interrupted": False, "isImage": False},
+                             session, project), tool_use_id=f"toolu_{i:04d}", duration_ms=97)
+
+
+def stop_payload(message=None, transcript=None, active=False, session=SESSION, project=None):
+    payload = dict(_base("Stop", session, project), stop_hook_active=active)
+    if transcript is not None:
+        payload["transcript_path"] = str(transcript)
+    if message is not None:
+        payload["last_assistant_message"] = message
+    return payload
+
+
+def precompact_payload(transcript=None, trigger="manual", instructions="", session=SESSION, project=None):
+    payload = dict(_base("PreCompact", session, project), trigger=trigger, custom_instructions=instructions)
+    if transcript is not None:
+        payload["transcript_path"] = str(transcript)
+    return payload
+
+
+def end_payload(reason="exit", session=SESSION, project=None):
+    return dict(_base("SessionEnd", session, project), reason=reason)
+
+
+# One ordinary payload per event: generated suites start from these.
+PAYLOADS = {
+    "SessionStart": start_payload,
+    "UserPromptSubmit": lambda **kw: prompt_payload("how does the tokenizer split identifiers", **kw),
+    "PreToolUse": lambda **kw: read_payload(".ai/recall/tokenizer", **kw),
+    "PostToolUse": lambda **kw: bash_payload("tokenizermarker", **kw),
+    "Stop": lambda **kw: stop_payload("The tokenizer now splits identifiers on case changes.", **kw),
+    "PreCompact": precompact_payload,
+    "SessionEnd": end_payload,
+}
+
+
+def payload_for(event, **kw):
+    """An ordinary payload for `event` (a Claude Code event or our hook name)."""
+    return PAYLOADS[event_hooks().get(event, event)](**kw)
+
+
+def as_stdin(payload):
+    """A payload as hook stdin bytes; str and bytes pass as they are (bad-input tests)."""
+    data = payload if isinstance(payload, (str, bytes)) else json.dumps(payload)
+    return data.encode() if isinstance(data, str) else data
