@@ -31,7 +31,7 @@ SESSION = "11111111-2222-3333-4444-555555555555"
 def hook_events():
     """{Claude Code event: our hook name}, read from the module: the one place to change when
     the module's hook declaration changes shape."""
-    return dict(mod.HOOK_ALIASES)
+    return {h.event: name for name, h in mod.HOOKS.items()}
 
 
 def event_hooks():
