@@ -28,7 +28,7 @@ def test_present_shared_path_is_returned(monkeypatch, tmp_path):
 
 def test_the_hook_map_is_the_module_s_and_every_event_has_a_payload():
     events = support.hook_events()
-    assert set(events.values()) == set(ai.HOOK_NAMES)
+    assert set(events.values()) == set(ai.HOOKS)
     assert support.event_hooks() == {name: event for event, name in events.items()}
     for event, name in events.items():
         for key in (event, name):
