@@ -599,14 +599,20 @@ def _parse_json(raw, name):
 
 
 def _read_fd(fd, name):
-    """The JSON of an open file (closed here). A symlink or a folder at a record's name is a
-    bad record; any other OSError (a transient one above all) is raised as it is."""
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            raw = fh.read()
-        except IsADirectoryError as exc:
-            raise CorruptRecord(f"{name}: a folder") from exc
-    return _parse_json(raw, name)
+    """The JSON of an open file (closed here). A folder at a record's name is a bad record;
+    any other OSError (a transient one above all) is raised as it is."""
+    chunks = []
+    try:
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except IsADirectoryError as exc:
+        raise CorruptRecord(f"{name}: a folder") from exc
+    finally:
+        os.close(fd)
+    return _parse_json(b"".join(chunks), name)
 
 
 def _open_record(opener, name):
@@ -839,6 +845,8 @@ class Store:
         process, since a live writer renames or removes its own within moments."""
         old, found = time.time() - age, []
         for folder in self.folders():
+            if folder == self.quarantine_dir:
+                continue  # kept for a human to look at, whatever its name
             for name in self._listdir(folder):
                 if _TEMP_NAME.search(name):
                     path = os.path.join(folder, name)
