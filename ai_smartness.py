@@ -3574,8 +3574,9 @@ def request(store, cmd, timeout=2.0, **args):
 
 
 def start_daemon(store, project):
-    """Start a detached daemon unless one is alive; returns "running", "started" or
-    "retiring" (an old version was asked to stop). Does not wait for the model."""
+    """Start a detached daemon unless one is alive; returns "running", "started",
+    "retiring" (an old version was asked to stop) or "refused" (no safe place for its socket:
+    the caller works without it). Does not wait for the model."""
     fd = open_data_file(store.run_lock_file, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -3587,8 +3588,12 @@ def start_daemon(store, project):
         return "running"
     try:
         import subprocess
+        try:
+            sock = socket_path(store)
+        except DaemonError:
+            return "refused"  # logged by private_tmp_dir
         # Nobody holds the lock: whatever status file or socket is left is stale.
-        for stale in (store.daemon_file, socket_path(store)):
+        for stale in (store.daemon_file, sock):
             Store._unlink(stale)
         env = dict(os.environ, AI_SMARTNESS_INTERNAL="1", AI_SMARTNESS_LOCK_FD=str(fd))
         err = store.open_daemon_log()
@@ -4754,6 +4759,8 @@ def do_daemon(cli, args):
             if not stop_daemon(store):
                 raise DaemonError(tr("daemon_stop_failed", lang))
             state = start_daemon(store, cli.project)
+        if state == "refused":
+            raise DaemonError("no private folder for the daemon socket (see the log)")
         ready = wait_ready(store, 120.0)
         if not ready:
             raise DaemonError(tr("daemon_not_ready", lang))
