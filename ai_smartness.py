@@ -640,14 +640,20 @@ def _parse_json(raw, name):
 
 
 def _read_fd(fd, name):
-    """The JSON of an open file (closed here). A symlink or a folder at a record's name is a
-    bad record; any other OSError (a transient one above all) is raised as it is."""
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            raw = fh.read()
-        except IsADirectoryError as exc:
-            raise CorruptRecord(f"{name}: a folder") from exc
-    return _parse_json(raw, name)
+    """The JSON of an open file (closed here). A folder at a record's name is a bad record;
+    any other OSError (a transient one above all) is raised as it is."""
+    chunks = []
+    try:
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except IsADirectoryError as exc:
+        raise CorruptRecord(f"{name}: a folder") from exc
+    finally:
+        os.close(fd)
+    return _parse_json(b"".join(chunks), name)
 
 
 def _open_record(opener, name):
@@ -880,6 +886,8 @@ class Store:
         process, since a live writer renames or removes its own within moments."""
         old, found = time.time() - age, []
         for folder in self.folders():
+            if folder == self.quarantine_dir:
+                continue  # kept for a human to look at, whatever its name
             for name in self._listdir(folder):
                 if _TEMP_NAME.search(name):
                     path = os.path.join(folder, name)
@@ -3953,8 +3961,9 @@ def request(store, cmd, timeout=2.0, **args):
 
 
 def start_daemon(store, project):
-    """Start a detached daemon unless one is alive; returns "running", "started" or
-    "retiring" (an old version was asked to stop). Does not wait for the model."""
+    """Start a detached daemon unless one is alive; returns "running", "started",
+    "retiring" (an old version was asked to stop) or "refused" (no safe place for its socket:
+    the caller works without it). Does not wait for the model."""
     fd = open_data_file(store.run_lock_file, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -3966,8 +3975,12 @@ def start_daemon(store, project):
         return "running"
     try:
         import subprocess
+        try:
+            sock = socket_path(store)
+        except DaemonError:
+            return "refused"  # logged by private_tmp_dir
         # Nobody holds the lock: whatever status file or socket is left is stale.
-        for stale in (store.daemon_file, socket_path(store)):
+        for stale in (store.daemon_file, sock):
             Store._unlink(stale)
         env = dict(os.environ, AI_SMARTNESS_INTERNAL="1", AI_SMARTNESS_LOCK_FD=str(fd))
         err = store.open_daemon_log()
@@ -5433,6 +5446,8 @@ def do_daemon(cli, args):
             if not kill_daemon(store):
                 raise DaemonError(tr("daemon_stop_failed", lang))
             state = start_daemon(store, cli.project)
+        if state == "refused":
+            raise DaemonError("no private folder for the daemon socket (see the log)")
         ready = wait_ready(store, 120.0)
         if not ready:
             raise DaemonError(tr("daemon_not_ready", lang))

@@ -479,3 +479,22 @@ def test_a_full_disk_loses_nothing_and_quarantines_nothing(tmp_path):
     assert out["hook_rc"] == 0 and out["hook_out"] == ""
     assert out["quarantined"] == [] and out["pending"] == 0
     assert out["counts"] == [1] * 10
+
+
+@needs_root
+def test_a_refused_socket_folder_starts_no_daemon_and_hooks_still_work(tmp_path, no_proc_fd, monkeypatch, capsys):
+    project = long_project(tmp_path)
+    folder = no_proc_fd / f"ai_smartness-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, OTHER_UID, OTHER_UID)
+    store = ais.Store(str(project / ".ai")).ensure()
+    assert ais.start_daemon(store, str(project)) == "refused"
+    assert not ais.daemon_alive(store)
+    # The hook falls back to its in-process work: the prompt is journaled all the same.
+    monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(project))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(
+        json.dumps({"session_id": "s", "prompt": "the tokenizer stages of the parser"}).encode())))
+    assert ais.main(["hook", "inject"]) == 0
+    assert len(store.inbox_pending()) == 1 and not ais.daemon_alive(store)
+    assert ais.main(["--project", str(project), "daemon", "start"]) == 4
+    assert "no private folder" in capsys.readouterr().err
