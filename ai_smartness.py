@@ -2258,6 +2258,10 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
 # ==== 7. Memory engine ====
 # Binds the store, the embedder and the clock to the pure logic above. Vectors live in
 # side tables (array('f') per message and per thread), never inside the thread dicts.
+# Three layers, each using only the one below: MemoryIndex (the memory in RAM, loaded and
+# kept coherent), MemoryWriter (the journal drained into threads, saves, the digest) and
+# Memory (retrieval over one scoring interface, _DictScoring or _ArrayScoring), whose texts
+# come from the pure render_* functions at the end of the section.
 
 
 def find_project(arg=None):
