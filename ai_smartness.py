@@ -3726,6 +3726,20 @@ class Daemon:
                     self.vectors.update(zip(chunk, vecs))
                 self.embed_cv.notify_all()
 
+    def _embed_query(self, query, prompt):
+        """Embed a request's query ahead of the memory lock. A prompt is embedded as the text its
+        capture stores, and that one vector serves its retrieval and its drain."""
+        if not isinstance(query, str) or not query.strip():
+            return
+        text = clean_for_storage(query) if prompt else query
+        with self.embed_cv:
+            ahead = self.vectors.get(text)  # a worker embedded its journaled capture already
+        if ahead is not None:
+            self.mem.remember_vector(text, ahead)
+        vec = self.mem.query_vector(text)
+        if vec is not None and text != query:
+            self.mem.remember_vector(query, vec)
+
     def _serving(self):
         return _Serving(self)
 
@@ -3826,13 +3840,7 @@ class Daemon:
             # The query's embedding needs only the model: computed before taking the memory
             # lock, a prompt that comes during a drain waits for one capture's apply, not a batch.
             query = payload.get("prompt") if name == "inject" else recall_query(payload, os.path.dirname(self.store.dir))
-            if isinstance(query, str) and query.strip():
-                # A prompt is embedded as the text its capture stores, and that vector serves
-                # both its retrieval and its drain: one embedding per prompt.
-                text = clean_for_storage(query) if name == "inject" else query
-                vec = self.mem.query_vector(text)
-                if vec is not None and text != query:
-                    self.mem.remember_vector(query, vec)
+            self._embed_query(query, prompt=name == "inject")
             with self.lock:
                 out = HOOK_LOGIC[name](self.store, payload, self.mem)
         return {"ok": True, "stdout": out}
