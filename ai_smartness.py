@@ -2446,6 +2446,7 @@ class MemoryIndex:
         self.clock = clock
         self.loaded = self.partial = False
         self.generation = None  # of the store (db/state.json) this memory reflects
+        self._qvecs = {}  # query text -> its embedding (see query_vector)
         self._reset()
 
     # -- loading and coherence --
@@ -2738,6 +2739,31 @@ class MemoryIndex:
     def candidates(self, vec, limit=CANDIDATE_THREADS):
         """Threads to weigh a new content against: best centroids of every status."""
         return [(self.threads[tid], c) for tid, c in self.tvec.top(vec, limit) if tid in self.threads]
+
+    def query_vector(self, text):
+        """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
+        search of one prompt embed it once, and so does the drain storing it."""
+        if self.embedder is None:
+            return None
+        vec = self.cached_vector(text)
+        if vec is None:
+            try:
+                vec = self.embedder.embed([text])[0]
+            except Exception as exc:  # a broken model must not break retrieval: lexical only
+                self.store.log.error("embedding failed", error=repr(exc))
+                return None
+            self.remember_vector(text, vec)
+        return vec
+
+    def cached_vector(self, text):
+        return self._qvecs.get(text)
+
+    def remember_vector(self, text, vec):
+        # Copied, then swapped in: request threads add while the drain reads, without a lock.
+        kept = dict(self._qvecs)
+        kept.pop(text, None)
+        kept[text] = vec
+        self._qvecs = dict(list(kept.items())[-QUERY_CACHE_SIZE:])
 
 
 class MemoryWriter(MemoryIndex):
@@ -3101,36 +3127,7 @@ class Memory(MemoryWriter):
     """The memory of one project (see open_memory): retrieval, one path for inject, recall and
     search, and the texts made of it."""
 
-    def __init__(self, data_dir, embedder=None, clock=time.time):
-        super().__init__(data_dir, embedder, clock)
-        self._qvecs = {}  # query text -> its embedding (see query_vector)
-
     # -- retrieval --
-    def query_vector(self, text):
-        """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
-        search of one prompt embed it once, and so does the drain storing it."""
-        if self.embedder is None:
-            return None
-        vec = self.cached_vector(text)
-        if vec is None:
-            try:
-                vec = self.embedder.embed([text])[0]
-            except Exception as exc:  # a broken model must not break retrieval: lexical only
-                self.store.log.error("embedding failed", error=repr(exc))
-                return None
-            self.remember_vector(text, vec)
-        return vec
-
-    def cached_vector(self, text):
-        return self._qvecs.get(text)
-
-    def remember_vector(self, text, vec):
-        # Copied, then swapped in: request threads add while the drain reads, without a lock.
-        kept = dict(self._qvecs)
-        kept.pop(text, None)
-        kept[text] = vec
-        self._qvecs = dict(list(kept.items())[-QUERY_CACHE_SIZE:])
-
     def retrieve(self, query, limit=10, exclude=()):
         """Ranked messages for a query. One path for inject, recall and search:
         BM25 (over each message with the turn before it) blended with dense cosine, then the
