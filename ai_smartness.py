@@ -2732,6 +2732,10 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
 # ==== 7. Memory engine ====
 # Binds the store, the embedder and the clock to the pure logic above. Vectors live in
 # side tables (array('f') per message and per thread), never inside the thread dicts.
+# Three layers, each using only the one below: MemoryIndex (the memory in RAM, loaded and
+# kept coherent), MemoryWriter (the journal drained into threads, saves, the digest) and
+# Memory (retrieval over one scoring interface, _DictScoring or _ArrayScoring), whose texts
+# come from the pure render_* functions at the end of the section.
 
 
 def find_project(arg=None):
@@ -2917,6 +2921,7 @@ class MemoryIndex:
         self.clock = clock
         self.loaded = self.partial = False
         self.generation = None  # of the store (db/state.json) this memory reflects
+        self._qvecs = {}  # query text -> its embedding (see query_vector)
         self._reset()
 
     # -- loading and coherence --
@@ -3209,6 +3214,31 @@ class MemoryIndex:
     def candidates(self, vec, limit=CANDIDATE_THREADS):
         """Threads to weigh a new content against: best centroids of every status."""
         return [(self.threads[tid], c) for tid, c in self.tvec.top(vec, limit) if tid in self.threads]
+
+    def query_vector(self, text):
+        """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
+        search of one prompt embed it once, and so does the drain storing it."""
+        if self.embedder is None:
+            return None
+        vec = self.cached_vector(text)
+        if vec is None:
+            try:
+                vec = self.embedder.embed([text])[0]
+            except Exception as exc:  # a broken model must not break retrieval: lexical only
+                self.store.log.error("embedding failed", error=repr(exc))
+                return None
+            self.remember_vector(text, vec)
+        return vec
+
+    def cached_vector(self, text):
+        return self._qvecs.get(text)
+
+    def remember_vector(self, text, vec):
+        # Copied, then swapped in: request threads add while the drain reads, without a lock.
+        kept = dict(self._qvecs)
+        kept.pop(text, None)
+        kept[text] = vec
+        self._qvecs = dict(list(kept.items())[-QUERY_CACHE_SIZE:])
 
 
 class MemoryWriter(MemoryIndex):
@@ -3572,36 +3602,7 @@ class Memory(MemoryWriter):
     """The memory of one project (see open_memory): retrieval, one path for inject, recall and
     search, and the texts made of it."""
 
-    def __init__(self, data_dir, embedder=None, clock=time.time):
-        super().__init__(data_dir, embedder, clock)
-        self._qvecs = {}  # query text -> its embedding (see query_vector)
-
     # -- retrieval --
-    def query_vector(self, text):
-        """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
-        search of one prompt embed it once, and so does the drain storing it."""
-        if self.embedder is None:
-            return None
-        vec = self.cached_vector(text)
-        if vec is None:
-            try:
-                vec = self.embedder.embed([text])[0]
-            except Exception as exc:  # a broken model must not break retrieval: lexical only
-                self.store.log.error("embedding failed", error=repr(exc))
-                return None
-            self.remember_vector(text, vec)
-        return vec
-
-    def cached_vector(self, text):
-        return self._qvecs.get(text)
-
-    def remember_vector(self, text, vec):
-        # Copied, then swapped in: request threads add while the drain reads, without a lock.
-        kept = dict(self._qvecs)
-        kept.pop(text, None)
-        kept[text] = vec
-        self._qvecs = dict(list(kept.items())[-QUERY_CACHE_SIZE:])
-
     def retrieve(self, query, limit=10, exclude=()):
         """Ranked messages for a query. One path for inject, recall and search:
         BM25 (over each message with the turn before it) blended with dense cosine, then the
@@ -4385,6 +4386,20 @@ class Daemon:
                     self.vectors.update(zip(chunk, vecs))
                 self.embed_cv.notify_all()
 
+    def _embed_query(self, query, prompt):
+        """Embed a request's query ahead of the memory lock. A prompt is embedded as the text its
+        capture stores, and that one vector serves its retrieval and its drain."""
+        if not isinstance(query, str) or not query.strip():
+            return
+        text = clean_for_storage(query) if prompt else query
+        with self.embed_cv:
+            ahead = self.vectors.get(text)  # a worker embedded its journaled capture already
+        if ahead is not None:
+            self.mem.remember_vector(text, ahead)
+        vec = self.mem.query_vector(text)
+        if vec is not None and text != query:
+            self.mem.remember_vector(query, vec)
+
     def _serving(self):
         return _Serving(self)
 
@@ -4495,13 +4510,7 @@ class Daemon:
             # The query's embedding needs only the model: computed before taking the memory
             # lock, a prompt that comes during a drain waits for one capture's apply, not a batch.
             query = payload.get("prompt") if name == "inject" else recall_query(payload, os.path.dirname(self.store.dir))
-            if isinstance(query, str) and query.strip():
-                # A prompt is embedded as the text its capture stores, and that vector serves
-                # both its retrieval and its drain: one embedding per prompt.
-                text = clean_for_storage(query) if name == "inject" else query
-                vec = self.mem.query_vector(text)
-                if vec is not None and text != query:
-                    self.mem.remember_vector(query, vec)
+            self._embed_query(query, prompt=name == "inject")
             with self.lock:
                 out = answer(name, payload, self.store, self.mem)
         return {"ok": True, "stdout": out or ""}

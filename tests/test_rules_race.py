@@ -61,3 +61,18 @@ def test_every_rules_writer_goes_through_the_rules_lock(project, monkeypatch):
     mem.capture("Never push on a Friday afternoon please.")
     assert outside == [False, False, False]
     assert [r["text"] for r in mem.store.rules()] == ["Never push on a Friday afternoon please"]
+
+
+def test_a_prompt_journaled_with_its_rules_is_not_searched_for_rules_again(project, monkeypatch):
+    """The inject hook stores a prompt's rules and journals them with it: the drain does not
+    detect them a second time."""
+    mem = ais.open_memory(str(project))
+    detected = []
+    real = ais.detect_rules
+    monkeypatch.setattr(ais, "detect_rules", lambda text: detected.append(text) or real(text))
+    entry = ais.prepare_capture("Always run the linter before a commit, on every branch.", "prompt")
+    mem.store.inbox_append(dict(entry, rules=["Always run the linter before a commit, on every branch"]))
+    mem.store.inbox_append(ais.prepare_capture("Never commit generated files to the main branch.", "prompt"))
+    mem.drain()
+    assert detected == ["Never commit generated files to the main branch."]
+    assert [r["text"] for r in mem.store.rules()] == ["Never commit generated files to the main branch"]
