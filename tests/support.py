@@ -1,8 +1,10 @@
 """What every test file shares: paths, the event<->hook map, polling, stopping daemons, hook
 payloads, and the fixtures that come from ../shared.
 
-Imported by conftest.py, the test files and e2e_support.py; it imports ai_smartness, so the
-repo root must be on sys.path first (conftest does that)."""
+Imported by conftest.py, the test files and e2e_support.py. It puts the repo root and tests/
+on sys.path itself, so `import ai_smartness` works wherever it is imported from. The module is
+reached only through a few names (HOOK_ALIASES, Store, data_dir_of, daemon_alive, stop_daemon):
+when those change, this file changes, not the tests."""
 import json
 import os
 import signal
