@@ -268,6 +268,7 @@ def test_round_trip(home, target, original):
     if original is not None:
         write_settings(target, original)
     (target / ".gitignore").write_text("node_modules/\n")
+    (target / ".gitignore").chmod(0o640)  # an unusual mode: the purge's rewrite must keep it
     # Project modules named like stdlib ones must shadow nothing, neither in install.sh nor in hooks.
     (target / "json.py").write_text("raise SystemExit('the project json.py was imported')\n")
     before = snapshot(target)
