@@ -208,7 +208,7 @@ def test_stale_status_file_is_not_trusted(project, who):
         gone.wait()
         pid = gone.pid
     data = project / ".ai"
-    cli("status", project=project)  # creates the data dir
+    store_of(project).ensure()
     stale_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale_sock.bind(str(data / "daemon.sock"))
     stale_sock.close()  # the file stays, bound to nothing
