@@ -332,16 +332,18 @@ def test_socket_and_data_dir_are_private(project):
         assert mode(path) == 0o600, path
 
 
-def test_too_long_project_path_uses_the_short_socket_dir(tmp_path):
+@pytest.fixture
+def reaper(tmp_path):
+    """reaper(path): the daemon of a project outside `project` is stopped after the test."""
+    projects = []
+    yield projects.append
+    assert stop_daemons(*projects, under=tmp_path), "a daemon outlived its test"
+
+
+def test_too_long_project_path_uses_the_short_socket_dir(tmp_path, reaper):
     deep = tmp_path / ("a_rather_long_directory_name_" * 3) / "and_another_long_one_for_good_measure" / "proj"
     deep.mkdir(parents=True)
-    try:
-        check_short_socket(deep)
-    finally:
-        stop_daemons(deep, under=tmp_path)
-
-
-def check_short_socket(deep):
+    reaper(deep)
     assert len(str(deep / ".ai" / "daemon.sock")) > mod.MAX_SOCKET_PATH
     pid = start(deep)["pid"]
     sock = info(deep)["socket"]
