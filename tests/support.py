@@ -85,7 +85,7 @@ def store_of(project):
 
 def daemon_pids(under):
     """Live (not zombie) `daemon run` processes whose argv names a path under `under`, from /proc."""
-    out = []
+    top, out = str(under).encode(), []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -94,7 +94,6 @@ def daemon_pids(under):
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        top = str(under).encode()
         if state != "Z" and b"run" in argv and b"daemon" in argv and any(
                 a == top or a.startswith(top + b"/") for a in argv):
             out.append(int(entry))
