@@ -99,6 +99,14 @@ def kill9(pid, project):
     wait_for(lambda: not alive(project), "the killed daemon's lock to drop")
 
 
+@pytest.fixture
+def reaper(tmp_path):
+    """reaper(path): the daemon of a project outside `project` is stopped after the test."""
+    projects = []
+    yield projects.append
+    assert stop_daemons(*projects, under=tmp_path), "a daemon outlived its test"
+
+
 # ---- lifecycle ----
 
 def test_start_status_stop(project):
@@ -330,14 +338,6 @@ def test_socket_and_data_dir_are_private(project):
         assert mode(data / sub) == 0o700, sub
     for path in list((data / "db" / "threads").glob("*.json")) + [data / "logs" / "ai_smartness.log"]:
         assert mode(path) == 0o600, path
-
-
-@pytest.fixture
-def reaper(tmp_path):
-    """reaper(path): the daemon of a project outside `project` is stopped after the test."""
-    projects = []
-    yield projects.append
-    assert stop_daemons(*projects, under=tmp_path), "a daemon outlived its test"
 
 
 def test_too_long_project_path_uses_the_short_socket_dir(tmp_path, reaper):
