@@ -366,7 +366,7 @@ install_files() {
     # Hooks import the module: cached bytecode spares them the compile on every event.
     "$PY" -I -m compileall -q "$AI_DIR/ai_smartness.py" >/dev/null || err "$PY could not compile $AI_DIR/ai_smartness.py"
     # Files an older install left readable by others (untouched copies keep their mode).
-    find "$AI_DIR/ai_smartness.py" "$AI_DIR/i18n" "$AI_DIR/__pycache__" ! -type l -perm /077 -exec chmod go-rwx {} +
+    find "$AI_DIR/ai_smartness.py" "$AI_DIR/i18n" "$AI_DIR/__pycache__" ! -type l -exec chmod go-rwx {} +
   )
   # The module creates its own data folders: one list, in Store.ensure.
   "$PY" -I -c 'import sys; sys.path.insert(0, sys.argv[1]); import ai_smartness; ai_smartness.Store(sys.argv[1]).ensure()' \

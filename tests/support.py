@@ -1,8 +1,10 @@
 """What every test file shares: paths, the event<->hook map, polling, stopping daemons, hook
 payloads, and the fixtures that come from ../shared.
 
-Imported by conftest.py, the test files and e2e_support.py; it imports ai_smartness, so the
-repo root must be on sys.path first (conftest does that)."""
+Imported by conftest.py, the test files and e2e_support.py. It puts the repo root and tests/
+on sys.path itself, so `import ai_smartness` works wherever it is imported from. The module is
+reached only through a few names (HOOKS or HOOK_ALIASES, Store, data_dir_of, daemon_alive, stop_daemon):
+when those change, this file changes, not the tests."""
 import json
 import os
 import signal
@@ -29,9 +31,12 @@ SESSION = "11111111-2222-3333-4444-555555555555"
 # ---- the hooks, as the module declares them ----
 
 def hook_events():
-    """{Claude Code event: our hook name}, read from the module: the one place to change when
-    the module's hook declaration changes shape."""
-    return {h.event: name for name, h in mod.HOOKS.items()}
+    """{Claude Code event: our hook name}, read from the module's own declaration of its hooks:
+    the one place to change when that declaration changes shape."""
+    registry = getattr(mod, "HOOKS", None)  # the @hook registry (name -> Hook) replaces HOOK_ALIASES
+    if registry is not None:
+        return {h.event: h.name for h in registry.values()}
+    return dict(mod.HOOK_ALIASES)
 
 
 def event_hooks():
@@ -46,7 +51,7 @@ def unavailable(reason):
     hide that the test never ran."""
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI is set: this must not skip)")
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)  # in a test, or for a whole module
 
 
 def shared_path(*parts):
@@ -83,7 +88,7 @@ def store_of(project):
 
 def daemon_pids(under):
     """Live (not zombie) `daemon run` processes whose argv names a path under `under`, from /proc."""
-    out = []
+    top, out = str(under).encode(), []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -92,7 +97,6 @@ def daemon_pids(under):
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        top = str(under).encode()
         if state != "Z" and b"run" in argv and b"daemon" in argv and any(
                 a == top or a.startswith(top + b"/") for a in argv):
             out.append(int(entry))

@@ -99,6 +99,14 @@ def kill9(pid, project):
     wait_for(lambda: not alive(project), "the killed daemon's lock to drop")
 
 
+@pytest.fixture
+def reaper(tmp_path):
+    """reaper(path): the daemon of a project outside `project` is stopped after the test."""
+    projects = []
+    yield projects.append
+    assert stop_daemons(*projects, under=tmp_path), "a daemon outlived its test"
+
+
 # ---- lifecycle ----
 
 def test_start_status_stop(project):
@@ -113,7 +121,9 @@ def test_start_status_stop(project):
 
     stopped = cli_json("daemon", "stop", project=project)
     assert stopped == {"running": False}
-    assert not alive(project) and not daemon_pids(project)
+    assert not alive(project)
+    # The run lock goes first; the interpreter then takes a moment to end.
+    wait_for(lambda: not daemon_pids(project), "the stopped daemon's process to end")
     assert not (project / ".ai" / "daemon.json").exists() and not (project / ".ai" / "daemon.sock").exists()
     assert cli_json("daemon", "status", project=project)["running"] is False
     # Stopping what is not running is not an error.
@@ -206,7 +216,7 @@ def test_stale_status_file_is_not_trusted(project, who):
         gone.wait()
         pid = gone.pid
     data = project / ".ai"
-    cli("status", project=project)  # creates the data dir
+    store_of(project).ensure()
     stale_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale_sock.bind(str(data / "daemon.sock"))
     stale_sock.close()  # the file stays, bound to nothing
@@ -330,16 +340,10 @@ def test_socket_and_data_dir_are_private(project):
         assert mode(path) == 0o600, path
 
 
-def test_too_long_project_path_keeps_its_socket_in_the_data_dir(tmp_path):
+def test_too_long_project_path_keeps_its_socket_in_the_data_dir(tmp_path, reaper):
     deep = tmp_path / ("a_rather_long_directory_name_" * 3) / "and_another_long_one_for_good_measure" / "proj"
     deep.mkdir(parents=True)
-    try:
-        check_short_socket(deep)
-    finally:
-        stop_daemons(deep, under=tmp_path)
-
-
-def check_short_socket(deep):
+    reaper(deep)
     assert len(str(deep / ".ai" / "daemon.sock")) > mod.MAX_SOCKET_PATH
     pid = start(deep)["pid"]
     sock = info(deep)["socket"]

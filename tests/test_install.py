@@ -1,9 +1,11 @@
-"""install.sh as a real process: round trips in a temp target and a temp HOME.
+"""install.sh as a real process: round trips in a temp project (`target`, a path that needs
+quoting) and a temp HOME.
 
 Covers: install -> our hooks with absolute paths beside the user's own -> re-run changes
 nothing -> uninstall restores the original bytes -> install again; invalid settings stop
-everything; --dry-run; --shortcut; reuse of an existing shared venv; the real Claude Code
-CLI accepting the merged settings (its hooks fire).
+everything; --dry-run; --shortcut; reuse of an existing venv; modes under umask 000; the
+Python inside install.sh (compiled, linted, its action table and the pip wheel's sha256);
+the real Claude Code CLI accepting the merged settings (its hooks fire).
 """
 import hashlib
 import io
@@ -266,6 +268,7 @@ def test_round_trip(home, target, original):
     if original is not None:
         write_settings(target, original)
     (target / ".gitignore").write_text("node_modules/\n")
+    (target / ".gitignore").chmod(0o640)  # an unusual mode: the purge's rewrite must keep it
     # Project modules named like stdlib ones must shadow nothing, neither in install.sh nor in hooks.
     (target / "json.py").write_text("raise SystemExit('the project json.py was imported')\n")
     before = snapshot(target)

