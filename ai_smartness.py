@@ -3818,9 +3818,11 @@ class HookTimeout(BaseException):
     """Raised by the budget timer; a BaseException so no broad except swallows it."""
 
 
-# The budget timer's state: `defer` while a capture is being journaled (the timeout then
-# waits, `expired`, until the write is done).
+# The budget timer's state: `defer` until the hook's capture is journaled (the timeout then
+# waits, `expired`, until release_budget()): a slow start under load must not lose it.
 BUDGET = {"defer": False, "expired": False}
+# Hooks whose capture is journaled under a deferred budget, from the process's first line.
+JOURNAL_FIRST = ("inject", "capture")
 
 
 def on_budget_alarm(signum, frame):
@@ -3829,6 +3831,14 @@ def on_budget_alarm(signum, frame):
         return
     BUDGET["expired"] = False
     raise HookTimeout()
+
+
+def release_budget():
+    """End the deferral: a timeout that came meanwhile fires now."""
+    BUDGET["defer"] = False
+    if BUDGET["expired"]:
+        import _signal as signal
+        signal.setitimer(signal.ITIMER_REAL, 0.001)
 
 
 class Hook:
@@ -4056,10 +4066,8 @@ def journal(store, entry, name=None):
         store.log.error("capture dropped", source=entry.get("source"), error=repr(exc))
         return None
     finally:
-        BUDGET["defer"] = outer
-        if BUDGET["expired"] and not outer:
-            import _signal as signal
-            signal.setitimer(signal.ITIMER_REAL, 0.001)  # the deferred timeout, right after this
+        if not outer:
+            release_budget()
 
 
 def journal_prompt(store, payload):
@@ -4374,10 +4382,10 @@ def _hook_process(name, project_arg, signal):
     if found is None or os.environ.get("AI_SMARTNESS_INTERNAL"):
         return 0  # unknown, or started by ai_smartness itself: capturing it would loop
 
-    BUDGET.update(defer=False, expired=False)
+    BUDGET.update(defer=found.name in JOURNAL_FIRST, expired=False)
     signal.signal(signal.SIGALRM, on_budget_alarm)
     signal.setitimer(signal.ITIMER_REAL, max(0.05, found.budget - age))
-    store, payload = None, None
+    store = None
     try:
         raw = sys.stdin.buffer.read(MAX_HOOK_INPUT + 1)
         project = find_project(project_arg)
@@ -4395,8 +4403,6 @@ def _hook_process(name, project_arg, signal):
     except HookTimeout:
         signal.setitimer(signal.ITIMER_REAL, 0)
         if store:
-            if found.name == "inject" and payload and not payload.get(JOURNALED_KEY):
-                store.log.error("capture dropped", source="prompt", error="hook over its time budget")
             store.log.error("hook over its time budget; answered nothing", hook=found.name)
     except BaseException as exc:  # fail open: Claude Code must never see a crash
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -4420,6 +4426,7 @@ def shell_answer(found, payload, store, project):
         # nor the budget can lose the prompt. The daemon then does not journal it again.
         if journal_prompt(store, clean_payload(payload)):
             payload[JOURNALED_KEY] = True
+        release_budget()  # the prompt is safe: now the budget may end the rest
     if found.via_daemon:
         reply = request(store, "hook", timeout=daemon_wait(store, found), name=found.name, payload=payload)
         if reply.get("ok"):
