@@ -4381,7 +4381,6 @@ def _hook_process(name, project_arg, signal):
     found = hook_named(name)
     if found is None or os.environ.get("AI_SMARTNESS_INTERNAL"):
         return 0  # unknown, or started by ai_smartness itself: capturing it would loop
-
     BUDGET.update(defer=found.name in JOURNAL_FIRST, expired=False)
     signal.signal(signal.SIGALRM, on_budget_alarm)
     signal.setitimer(signal.ITIMER_REAL, max(0.05, found.budget - age))
