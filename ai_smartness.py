@@ -3325,14 +3325,25 @@ def embed_workers():
 
 
 def daemon_unreachable(store, patience=2.0):
-    """True when a daemon holds the run lock but does not answer on its socket for `patience`
-    seconds (its socket deleted, or hung); a warming daemon answers, so it is reachable."""
+    """True when a daemon holds the run lock but nothing listens on its socket for
+    `patience` seconds (the socket deleted, or never bound). A daemon too busy to answer at
+    once is reachable: only a refused or impossible connection counts."""
     deadline = time.monotonic() + patience
     while daemon_alive(store):
-        if "error" not in request(store, "ping", timeout=1.0):
+        path = daemon_info(store).get("socket")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(1.0)
+            sock.connect(path if isinstance(path, str) and path else socket_path(store))
+            send_msg(sock, {"cmd": "ping", "version": VERSION, "args": {}})  # a silent peer would retire it
             return False
-        if time.monotonic() > deadline:
-            return True
+        except socket.timeout:
+            return False  # a full backlog: busy, not deaf
+        except OSError:
+            if time.monotonic() > deadline:
+                return True
+        finally:
+            sock.close()
         time.sleep(0.1)
     return False
 
