@@ -4770,12 +4770,15 @@ def do_daemon(cli, args):
         info = request(store, "status")
         return emit(args, dict(info, state=state), tr("daemon_running", lang, pid=info.get("pid"),
                                                       model=info.get("model")))
-    info = request(store, "status") if daemon_alive(store) else {"running": False}
-    if "error" in info and daemon_unreachable(store):  # `health` says running: so does status
+    alive = daemon_alive(store)  # what `health` reports too
+    info = request(store, "status") if alive else {}
+    if "error" in info and daemon_unreachable(store):
         raise DaemonError(tr("daemon_unreachable", lang, pid=daemon_info(store).get("pid")))
-    info.setdefault("running", bool(info.get("ok")))
+    if alive:
+        info.setdefault("pid", daemon_info(store).get("pid"))
+    info["running"] = alive
     return emit(args, info, tr("daemon_running", lang, pid=info.get("pid"), model=info.get("model"))
-                if info.get("ok") else tr("daemon_absent", lang))
+                if alive else tr("daemon_absent", lang))
 
 
 COMMANDS = {"capture": do_capture, "status": do_status, "threads": do_threads, "thread": do_thread,
