@@ -3832,8 +3832,10 @@ class HookTimeout(BaseException):
 # The budget timer's state: `defer` until the hook's capture is journaled (the timeout then
 # waits, `expired`, until release_budget()): a slow start under load must not lose it.
 BUDGET = {"defer": False, "expired": False}
-# Hooks whose capture is journaled under a deferred budget, from the process's first line.
-JOURNAL_FIRST = ("inject", "capture")
+# Hooks whose capture is journaled under a deferred budget, from the process's first line:
+# inject releases it once the prompt is journaled; for capture and stop, journaling is the
+# work (bounded: one daemon wait, at most 1 MB of transcript), deferred to the end.
+JOURNAL_FIRST = ("inject", "capture", "stop")
 
 
 def on_budget_alarm(signum, frame):

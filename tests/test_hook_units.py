@@ -329,8 +329,12 @@ def test_a_capture_whose_budget_was_spent_starting_is_still_journaled(shell, mon
             "tool_response": {"stdout": "build ok for the parser module"}}
     assert shell("capture", bash) == ""
     shell("inject", {"session_id": "s", "prompt": "Index the invoices table by customer id"})
+    real = ai.prepare_capture
+    monkeypatch.setattr(ai, "prepare_capture", lambda *a, **k: time.sleep(0.3) or real(*a, **k))
+    shell("stop", {"session_id": "s", "last_assistant_message": "The parser now streams invoices."})
     assert sorted(inbox_texts(shell.store)) == ["$ make\nbuild ok for the parser module",
-                                                "Index the invoices table by customer id"]
+                                                "Index the invoices table by customer id",
+                                                "The parser now streams invoices."]
 
 
 def test_process_age_reads_this_process():
