@@ -3718,6 +3718,8 @@ class Daemon:
             self.wake.set()
 
     def handle(self, cmd, args, version):
+        if not isinstance(version, str):
+            return {"error": "not a request"}  # a bare connection or garbage: no reason to retire
         if version != VERSION:
             # A client of another version: retire so the next hook starts a matching daemon.
             self.stopping.set()

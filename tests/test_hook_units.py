@@ -444,3 +444,15 @@ def test_a_warming_daemon_says_so_by_name(daemon):
     assert reply == {"error": ai.DAEMON_WARMING}
     assert daemon.cmd_hook("capture", {"tool_name": "Bash", "tool_input": {"command": "make"},
                                        "tool_response": {"stdout": "build ok"}})["ok"]
+
+
+def test_a_bare_connection_does_not_retire_the_daemon(daemon):
+    for data in (b"", b"garbage\n", b'{"cmd": "stop"}\n'):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(daemon.socket)
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        sock.recv(1000)  # the reply: the request was handled
+        sock.close()
+    assert not daemon.stopping.is_set()
+    assert ai.request(daemon.store, "ping").get("ok")
