@@ -449,6 +449,7 @@ def test_a_warming_daemon_says_so_by_name(daemon):
 def test_a_bare_connection_does_not_retire_the_daemon(daemon):
     for data in (b"", b"garbage\n", b'{"cmd": "stop"}\n'):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(5)  # a retired daemon accepts no more: the recv would wait forever
         sock.connect(daemon.socket)
         sock.sendall(data)
         sock.shutdown(socket.SHUT_WR)
