@@ -4045,14 +4045,25 @@ def embed_workers():
 
 
 def daemon_unreachable(store, patience=2.0):
-    """True when a daemon holds the run lock but does not answer on its socket for `patience`
-    seconds (its socket deleted, or hung); a warming daemon answers, so it is reachable."""
+    """True when a daemon holds the run lock but nothing listens on its socket for
+    `patience` seconds (the socket deleted, or never bound). A daemon too busy to answer at
+    once is reachable: only a refused or impossible connection counts."""
     deadline = time.monotonic() + patience
     while daemon_alive(store):
-        if "error" not in request(store, "ping", timeout=1.0):
+        path = daemon_info(store).get("socket")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(1.0)
+            sock.connect(path if isinstance(path, str) and path else socket_path(store))
+            send_msg(sock, {"cmd": "ping", "version": VERSION, "args": {}})  # a silent peer would retire it
             return False
-        if time.monotonic() > deadline:
-            return True
+        except socket.timeout:
+            return False  # a full backlog: busy, not deaf
+        except OSError:
+            if time.monotonic() > deadline:
+                return True
+        finally:
+            sock.close()
         time.sleep(0.1)
     return False
 
@@ -4469,6 +4480,8 @@ class Daemon:
             self.wake.set()
 
     def handle(self, cmd, args, version):
+        if not isinstance(version, str):
+            return {"error": "not a request"}  # a bare connection or garbage: no reason to retire
         if version != VERSION:
             # A client of another version: retire so the next hook starts a matching daemon.
             self.stopping.set()
@@ -4579,9 +4592,13 @@ class HookTimeout(BaseException):
     """Raised by the budget timer; a BaseException so no broad except swallows it."""
 
 
-# The budget timer's state: `defer` while a capture is being journaled (the timeout then
-# waits, `expired`, until the write is done).
+# The budget timer's state: `defer` until the hook's capture is journaled (the timeout then
+# waits, `expired`, until release_budget()): a slow start under load must not lose it.
 BUDGET = {"defer": False, "expired": False}
+# Hooks whose capture is journaled under a deferred budget, from the process's first line:
+# inject releases it once the prompt is journaled; for capture and stop, journaling is the
+# work (bounded: one daemon wait, at most 1 MB of transcript), deferred to the end.
+JOURNAL_FIRST = ("inject", "capture", "stop")
 
 
 def on_budget_alarm(signum, frame):
@@ -4590,6 +4607,14 @@ def on_budget_alarm(signum, frame):
         return
     BUDGET["expired"] = False
     raise HookTimeout()
+
+
+def release_budget():
+    """End the deferral: a timeout that came meanwhile fires now."""
+    BUDGET["defer"] = False
+    if BUDGET["expired"]:
+        import _signal as signal
+        signal.setitimer(signal.ITIMER_REAL, 0.001)
 
 
 class Hook:
@@ -4776,10 +4801,8 @@ def journal(store, entry, name=None):
         store.log.error("capture dropped", source=entry.get("source"), error=repr(exc))
         return None
     finally:
-        BUDGET["defer"] = outer
-        if BUDGET["expired"] and not outer:
-            import _signal as signal
-            signal.setitimer(signal.ITIMER_REAL, 0.001)  # the deferred timeout, right after this
+        if not outer:
+            release_budget()
 
 
 def journal_prompt(store, payload):
@@ -5082,11 +5105,10 @@ def _hook_process(name, project_arg, signal):
     found = hook_named(name)
     if found is None or os.environ.get("AI_SMARTNESS_INTERNAL"):
         return 0  # unknown, or started by ai_smartness itself: capturing it would loop
-
-    BUDGET.update(defer=False, expired=False)
+    BUDGET.update(defer=found.name in JOURNAL_FIRST, expired=False)
     signal.signal(signal.SIGALRM, on_budget_alarm)
     signal.setitimer(signal.ITIMER_REAL, max(0.05, found.budget - age))
-    store, payload = None, None
+    store = None
     try:
         raw = sys.stdin.buffer.read(MAX_HOOK_INPUT + 1)
         project = find_project(project_arg)
@@ -5104,8 +5126,6 @@ def _hook_process(name, project_arg, signal):
     except HookTimeout:
         signal.setitimer(signal.ITIMER_REAL, 0)
         if store:
-            if found.name == "inject" and payload and not payload.get(JOURNALED_KEY):
-                store.log.error("capture dropped", source="prompt", error="hook over its time budget")
             store.log.error("hook over its time budget; answered nothing", hook=found.name)
     except BaseException as exc:  # fail open: Claude Code must never see a crash
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -5129,6 +5149,7 @@ def shell_answer(found, payload, store, project):
         # nor the budget can lose the prompt. The daemon then does not journal it again.
         if journal_prompt(store, clean_payload(payload)):
             payload[JOURNALED_KEY] = True
+        release_budget()  # the prompt is safe: now the budget may end the rest
     if found.via_daemon:
         reply = request(store, "hook", timeout=daemon_wait(store, found), name=found.name, payload=payload)
         if reply.get("ok"):
@@ -5463,12 +5484,15 @@ def do_daemon(cli, args):
         info = request(store, "status")
         return emit(args, dict(info, state=state), tr("daemon_running", lang, pid=info.get("pid"),
                                                       model=info.get("model")))
-    info = request(store, "status") if daemon_alive(store) else {"running": False}
-    if "error" in info and daemon_unreachable(store):  # `health` says running: so does status
+    alive = daemon_alive(store)  # what `health` reports too
+    info = request(store, "status") if alive else {}
+    if "error" in info and daemon_unreachable(store):
         raise DaemonError(tr("daemon_unreachable", lang, pid=daemon_info(store).get("pid")))
-    info.setdefault("running", bool(info.get("ok")))
+    if alive:
+        info.setdefault("pid", daemon_info(store).get("pid"))
+    info["running"] = alive
     return emit(args, info, tr("daemon_running", lang, pid=info.get("pid"), model=info.get("model"))
-                if info.get("ok") else tr("daemon_absent", lang))
+                if alive else tr("daemon_absent", lang))
 
 
 COMMANDS = {"capture": do_capture, "status": do_status, "threads": do_threads, "thread": do_thread,

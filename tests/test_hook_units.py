@@ -315,6 +315,28 @@ def test_the_budget_counts_from_process_start(shell, monkeypatch):
     assert time.monotonic() - t0 < 2.0
 
 
+def test_a_capture_whose_budget_was_spent_starting_is_still_journaled(shell, monkeypatch):
+    """Under load, starting the interpreter can eat the whole budget: the capture is still
+    journaled, and only then does the budget end the hook."""
+    monkeypatch.setattr(ai, "process_age", lambda: 10.0)
+    slow = shell.fake.request
+
+    def loaded_request(*args, **kw):  # the daemon round trip of a loaded machine
+        time.sleep(0.3)
+        return slow(*args, **kw)
+    monkeypatch.setattr(ai, "request", loaded_request)
+    bash = {"session_id": "s", "tool_name": "Bash", "tool_input": {"command": "make"},
+            "tool_response": {"stdout": "build ok for the parser module"}}
+    assert shell("capture", bash) == ""
+    shell("inject", {"session_id": "s", "prompt": "Index the invoices table by customer id"})
+    real = ai.prepare_capture
+    monkeypatch.setattr(ai, "prepare_capture", lambda *a, **k: time.sleep(0.3) or real(*a, **k))
+    shell("stop", {"session_id": "s", "last_assistant_message": "The parser now streams invoices."})
+    assert sorted(inbox_texts(shell.store)) == ["$ make\nbuild ok for the parser module",
+                                                "Index the invoices table by customer id",
+                                                "The parser now streams invoices."]
+
+
 def test_process_age_reads_this_process():
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", "import time; time.sleep(0.3); import sys; "
                            f"sys.path.insert(0, {str(ROOT)!r}); import ai_smartness; print(ai_smartness.process_age())"],
@@ -422,3 +444,16 @@ def test_a_warming_daemon_says_so_by_name(daemon):
     assert reply == {"error": ai.DAEMON_WARMING}
     assert daemon.cmd_hook("capture", {"tool_name": "Bash", "tool_input": {"command": "make"},
                                        "tool_response": {"stdout": "build ok"}})["ok"]
+
+
+def test_a_bare_connection_does_not_retire_the_daemon(daemon):
+    for data in (b"", b"garbage\n", b'{"cmd": "stop"}\n'):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(5)  # a retired daemon accepts no more: the recv would wait forever
+        sock.connect(daemon.socket)
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        sock.recv(1000)  # the reply: the request was handled
+        sock.close()
+    assert not daemon.stopping.is_set()
+    assert ai.request(daemon.store, "ping").get("ok")
