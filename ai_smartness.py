@@ -240,7 +240,7 @@ def clamp(value, low=0.0, high=1.0):
 
 
 def shorten(text, limit):
-    text = " ".join((text or "").split())
+    text = " ".join(redact(text or "").split())  # redacted before the cut: no partial secret
     if len(text) <= limit:
         return text
     cut = text[: max(0, limit - 1)]
@@ -330,6 +330,7 @@ class Log:
     def write_many(self, records):
         """[(level, msg, fields)] in one append: a drained batch logs each decision."""
         try:
+            records = [(level, redact(str(msg)), redact_value(fields)) for level, msg, fields in records]
             now, pid = iso(time.time()), os.getpid()
             text = "".join(json.dumps(dict({"ts": now, "pid": pid, "level": level, "msg": msg}, **fields),
                                       ensure_ascii=False, default=str) + "\n" for level, msg, fields in records)
@@ -648,7 +649,7 @@ class Store:
     def update_heartbeat(self, **fields):
         with FileLock(self.path("heartbeat.lock"), timeout=2.0):
             doc = self.heartbeat()
-            doc.update(fields)
+            doc.update((k, v if isinstance(v, (int, float)) else clean_field(v)) for k, v in fields.items())
             doc["schema"] = SCHEMA
             # Advisory state rewritten by most hooks: not worth an fsync on their critical path.
             write_json_atomic(self.path("heartbeat.json"), doc, sync=False)
@@ -735,16 +736,17 @@ _GEN = (rf"(?-i:(?!\[REDACTED|(?:~|\.{{1,2}})?/[\w.-]+/)(?:(?={_GEN_CH}{{0,200}}
 # A password: anything but a path or a reference, ending where a value ends (not at a bracket).
 _PW_VALUE = r"(?![\s\"']|\[REDACTED|\$|%\(|\{\{|<[\w-]+>|(?:~|\.{1,2})?/[\w.-]+/)[^\s\"'`,;()\[\]{}<>]{4,200}(?![^\s\"'`,;)\]}>])"
 def _tok(*prefixes):
-    """Prefixes of a token, each not preceded by a word character. The literal comes first, so
+    """Prefixes of a token, each not preceded by a letter (a digit or _ may be: `%20sk-ant-…`,
+    `MY_ghp_…`). The literal comes first, so
     the regex engine jumps from one candidate to the next instead of testing every position."""
-    return "(?:" + "|".join(f"{re.escape(p)}(?<!\\w{re.escape(p)})" for p in prefixes) + ")"
+    return "(?:" + "|".join(f"{re.escape(p)}(?<![A-Za-z]{re.escape(p)})" for p in prefixes) + ")"
 
 
 # (pattern, kind, words one of which the lower-cased text must contain for the pattern to run)
 _SECRET_PATTERNS = [
     (r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----.*?"
      r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z)", "private_key", ("private key",)),
-    (r"(PuTTY-User-Key-File-\d{1,2}:[^\n]{0,200}\n).*?(?:Private-MAC:[ \t]*[0-9a-fA-F]+|\Z)", "putty_key", ("putty",)),
+    (r"(PuTTY-User-Key-File-\d{1,2}:).*?(?:Private-MAC:[ \t]*[0-9a-fA-F]+|\Z)", "putty_key", ("putty",)),
     (_tok("sk-ant-") + r"[A-Za-z0-9_-]{16,}", "anthropic_key", ("sk-ant-",)),
     (_tok("sk-") + r"(?:proj-|live-|test-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_-]{20,}", "api_key", ("sk-",)),
     (_tok("ghp_", "gho_", "ghu_", "ghs_", "ghr_") + r"[A-Za-z0-9]{30,}|" + _tok("github_pat_") + r"[A-Za-z0-9_]{22,}",
@@ -814,10 +816,10 @@ _SECRET_RES = [(LazyRe(p, re.S), kind, words) for p, kind, words in _SECRET_PATT
 # The base64 of a secret (docker "auth", `echo $TOKEN | base64`): decoded and checked.
 _BASE64_RE = LazyRe(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{24,8192}={0,2}(?![A-Za-z0-9+/=])")
 _PRINTABLE_RE = LazyRe(r"[\t\n\r\x20-\x7e]*")
-# The next line of a key split across lines (a wrapped terminal line, a folded env value).
+# The next line of a key split across lines (a wrapped terminal line, a folded env value): its
+# first word when it looks generated (12+ token characters with a digit).
 _CONTINUED_RE = LazyRe(r"(\[REDACTED:[a-z_]+\][ \t]*\\?\r?\n[ \t]*)(?=[A-Za-z0-9_+/=-]{0,200}?[0-9])"
-                       r"[A-Za-z0-9_+/=-]{8,}(?:[ \t]*\\?\r?\n[ \t]*[A-Za-z0-9_+/=-]{8,}(?=[ \t]*(?:\r?\n|$)))*"
-                       r"(?=[ \t]*(?:\r?\n|$))")
+                       r"[A-Za-z0-9_+/=-]{12,}(?![^\s,;.])")
 # Recently redacted texts: a text redacted once (the hook, then the capture, then the cutters)
 # is not scanned again. Redaction is idempotent, so an output is its own redaction.
 _REDACTED = {}
@@ -1144,7 +1146,7 @@ def _response_text(resp):
 
 
 def head_tail(text, head=1200, tail=600):
-    text = text or ""
+    text = redact(text or "")
     if len(text) <= head + tail + 20:
         return text
     return text[:head].rstrip() + "\n[…]\n" + text[-tail:].lstrip()
@@ -1152,6 +1154,7 @@ def head_tail(text, head=1200, tail=600):
 
 def code_outline(content, head=1200, limit=1500):
     """Start of a file plus its definition lines: what a later recall needs to know."""
+    content = redact(content)
     outline = [ln.strip() for ln in content.splitlines()[40:]
                if re.match(r"\s*(def |class |function |export |async def |#{1,3} |fn |func |"
                            r"public |private |interface |type |const [A-Z])", ln)]
@@ -1181,7 +1184,8 @@ def tool_capture(payload, data_dir=None):
         text = f"Read {path}:\n{code_outline(content)}"
     elif tool == "Write":
         content = inp.get("content") or (resp.get("content") if isinstance(resp, dict) else "")
-        text = f"Wrote {path}:\n{code_outline(content or '', 900, 800)}"
+        content = content if isinstance(content, str) else json.dumps(content, default=str) if content else ""
+        text = f"Wrote {path}:\n{code_outline(content, 900, 800)}"
     elif tool in ("Edit", "MultiEdit", "NotebookEdit"):
         edits = inp.get("edits") if isinstance(inp.get("edits"), list) else [inp]
         parts = []
@@ -2342,9 +2346,9 @@ def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=N
         origin = source if source in ORIGINS else "prompt"
     entry = {"text": cleaned, "source": source, "origin": origin, "ts": ts}
     if file_path:
-        entry["file"] = str(file_path)[:500]
+        entry["file"] = clean_field(file_path, 500)
     if session_id:
-        entry["session"] = str(session_id)[:100]
+        entry["session"] = clean_field(session_id, 100)
     return entry
 
 
@@ -3908,7 +3912,7 @@ def recall_query(payload, project):
     if prefix and os.path.isabs(prefix) and os.path.normpath(prefix) != os.path.normpath(project):
         return None  # another project's recall path: not ours to answer
     from urllib.parse import unquote
-    query = unquote(match.group("q")).replace("/", " ").strip()
+    query = redact(unquote(match.group("q"))).replace("/", " ").strip()  # redacted before any cut
     query = re.sub(r"\.(md|txt)$", "", query)
     return query[:300] or None
 
@@ -4149,8 +4153,9 @@ def build_synthesis(texts, threads, now, trigger=None, instructions=None, sessio
 def logic_precompact(store, payload, mem):
     now = time.time()
     texts = [(r, redact(t)) for r, t in transcript_texts(payload.get("transcript_path"))]
-    doc = build_synthesis(texts, digest(store), now, payload.get("trigger"), payload.get("custom_instructions"),
-                          payload.get("session_id"))
+    doc = build_synthesis(texts, digest(store), now, clean_field(payload.get("trigger")),
+                          clean_field(payload.get("custom_instructions"), INSTRUCTIONS_CHARS),
+                          clean_field(payload.get("session_id")))
     make_private_dir(store.synthesis_dir)
     write_json_atomic(os.path.join(store.synthesis_dir, f"{new_id('s', now)}.json"), doc)
     store.log.info("synthesis saved", decisions=len(doc["decisions"]), open=len(doc["open_questions"]))
@@ -4178,15 +4183,32 @@ HOOK_LOGIC = {"start": logic_start, "inject": logic_inject, "pretool": logic_pre
 DAEMON_HOOKS = ("inject", "pretool", "capture")
 
 
-def trim_strings(value, limit=60000):
-    """Cut every long string of a payload: nothing downstream keeps more than this. Lone
-    surrogates (legal as JSON escapes) become '?': they cannot be written as UTF-8."""
+# Payload fields stored as they come (heartbeat, threads, synthesis): coerced to short text.
+RAW_FIELDS = {"session_id": FIELD_CHARS, "reason": FIELD_CHARS, "trigger": FIELD_CHARS,
+              "custom_instructions": INSTRUCTIONS_CHARS}
+# A secret cut by a first, generous cut stays within this many characters of its end.
+SECRET_SPAN = 16384
+
+
+def trim_strings(value, limit=60000, fields=RAW_FIELDS):
+    """Redact then cut every long string of a payload, keys included: nothing downstream keeps
+    more than `limit`, and no cut leaves a piece of a secret. Lone surrogates (legal as JSON
+    escapes) become '?': they cannot be written as UTF-8. Top-level raw `fields` are coerced
+    to short clean text (any JSON type comes in)."""
     if isinstance(value, str):
-        return value[:limit].encode("utf-8", "replace").decode("utf-8")
+        if len(value) > limit:
+            # Redacting megabytes would eat the hook's budget: redact a generous head, and the
+            # whole only when redaction shrank it so much that the cut end could come into view.
+            head = redact(value[: limit + SECRET_SPAN])
+            value = (head if len(head) >= limit + SECRET_SPAN // 2 else redact(value))[:limit]
+        else:
+            value = redact(value)
+        return value.encode("utf-8", "replace").decode("utf-8")
     if isinstance(value, dict):
-        return {k: trim_strings(v, limit) for k, v in value.items()}
+        return {trim_strings(str(k), limit, None): clean_field(v, fields[k]) if fields and k in fields
+                else trim_strings(v, limit, None) for k, v in value.items()}
     if isinstance(value, list):
-        return [trim_strings(v, limit) for v in value[:500]]
+        return [trim_strings(v, limit, None) for v in value[:500]]
     return value
 
 
