@@ -798,7 +798,8 @@ _SECRET_PATTERNS = [
      r"|(\b(?:curl|wget)\b[^\n|;&]{0,300}?[ \t](?:-u|--user)[ \t=]*['\"]?[^\s:'\"]{1,100}:)[^\s'\"]{1,200}"
      r"|(\bvault[ \t]+login[ \t]+(?:-\S{1,100}[ \t]+){0,5})(?![-\[])[^\s'\"]{8,}"
      r"|(\bmachine[ \t]+\S{1,200}[ \t]+login[ \t]+\S{1,200}[ \t]+password[ \t]+)\S+", "cli_password",
-     ("mysql", "mariadb", "sshpass", "login", "redis-cli", "curl", "wget")),
+     ("mysql", "mariadb", "sshpass", "docker", "podman", "helm", "skopeo", "buildah", "redis-cli", "curl", "wget",
+      "vault", "machine")),
     (r"(?i)(<[\w:.-]{0,40}?(?:password|passwd|secret|token|api[_-]?key)>)[^<\n]{1,200}(?=</)", "xml_secret", ("</",)),
     # key = value, "key": "value", key: value, --key value. A password is any quoted value (multi
     # word too) or any unquoted one; other secret-ish keys only take generated-looking values,
@@ -808,11 +809,12 @@ _SECRET_PATTERNS = [
     (rf"(?i)(?=[pmc_-])({_PW_KEY}{_SEP})" + _PW_VALUE, "password", _PW_WORDS),
     (rf"(?i)(--?[A-Za-z0-9-]{{0,30}}?{_PW_KEY}[ \t]+['\"]?)" + _PW_VALUE, "password", _PW_WORDS),
     (rf"(?i)(?=[stcakpme])(private[_-]?key[_-]?id{_SEP}[\"']?|{_SK_KEY}{_SEP}[\"']?)" + _GEN, "secret_value",
-     ("secret", "token", "key", "auth", "sig", "credential")),
-    (rf"(?i)(--?[A-Za-z0-9-]{{0,30}}?(?:token|secret|api-?key|access-key|secret-key|auth)[ \t]+['\"]?)" + _GEN,
-     "secret_value", ("--", "-")),
+     ("secret", "token", "key", "credential", "signature") + tuple(w + c for w in ("auth", "sig") for c in "\"' \t:=")),
+    (rf"(?i)(--[A-Za-z0-9-]{{0,30}}?(?:token|secret|api-?key|access-key|secret-key|auth)[ \t]+['\"]?)" + _GEN,
+     "secret_value", ("--",)),
 ]
-_SECRET_RES = [(LazyRe(p, re.S), kind, words) for p, kind, words in _SECRET_PATTERNS]
+_SECRET_RES = [(LazyRe(p, re.S), kind, frozenset(words)) for p, kind, words in _SECRET_PATTERNS]
+_TRIGGER_WORDS = frozenset(w for *_, ws in _SECRET_PATTERNS for w in ws)
 # The base64 of a secret (docker "auth", `echo $TOKEN | base64`): decoded and checked.
 _BASE64_RE = LazyRe(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{24,8192}={0,2}(?![A-Za-z0-9+/=])")
 _PRINTABLE_RE = LazyRe(r"[\t\n\r\x20-\x7e]*")
@@ -873,7 +875,8 @@ def redact(text):
         return text
     out = _redact_patterns(text)
     out = _BASE64_RE.sub(_redact_base64, out)
-    out = _CONTINUED_RE.sub(lambda m: m.group(1) + "[REDACTED:continued]", out)
+    if "[REDACTED:" in out:
+        out = _CONTINUED_RE.sub(lambda m: m.group(1) + "[REDACTED:continued]", out)
     if len(out) >= 256:
         if len(_REDACTED) >= _REDACTED_MAX:
             _REDACTED.clear()
@@ -883,8 +886,11 @@ def redact(text):
 
 def _redact_patterns(text):
     lower = text.lower()
+    found = {w for w in _TRIGGER_WORDS if w in lower}
+    if not found:
+        return text
     for pattern, kind, words in _SECRET_RES:
-        if not any(w in lower for w in words):
+        if found.isdisjoint(words):
             continue
         text = pattern.sub(lambda m, k=kind: next((g for g in m.groups() if g), "") + f"[REDACTED:{k}]", text)
     return text
