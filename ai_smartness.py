@@ -729,16 +729,27 @@ _SK_KEY = (r"(?:secret|token|credentials?|signature|(?:api|secret|private|access
 _PW_WORDS = ("pass", "pwd", "mot de", "mot_de", "contrase")
 _SEP = r"[\"']?[ \t]*(?:=>|:=|[:=])[ \t]*"
 # A value that looks generated: 8+ characters with a digit and a letter, or 16+ in mixed case.
-# (The character class has no bracket: `tokens[i+1]` and `get_key()` are code, not values.)
+# Code is not a value: the class has no bracket; a name followed by ( or [ is a call or an index
+# (`tokens[i+1]`, `base64.b64encode(x)`); a dotted name of words is an attribute
+# (`cls.REGISTRY_KEY`, `element.namespaceURI`); nor are a short hex literal and a path.
 _GEN_CH = r"[A-Za-z0-9_\-+/=.~:%@]"
-_GEN = (rf"(?-i:(?!\[REDACTED|(?:~|\.{{1,2}})?/[\w.-]+/)(?:(?={_GEN_CH}{{0,200}}?\d)(?={_GEN_CH}{{0,200}}?[A-Za-z])"
+_WORDY = r"_{0,3}[A-Za-z][A-Za-z_]{0,100}[0-9]{0,2}"
+_NOT_CODE = (rf"(?!\[REDACTED|(?:~|\.{{1,2}})?/[\w.-]+/|[\w.]{{1,200}}[(\[]|0x[0-9a-fA-F]{{1,16}}(?!{_GEN_CH})"
+             rf"|{_WORDY}(?:\.{_WORDY}){{1,10}}(?!{_GEN_CH}))")
+_GEN = (rf"(?-i:{_NOT_CODE}(?:(?={_GEN_CH}{{0,200}}?\d)(?={_GEN_CH}{{0,200}}?[A-Za-z])"
         rf"{_GEN_CH}{{8,}}|(?={_GEN_CH}{{0,200}}?[a-z])(?={_GEN_CH}{{0,200}}?[A-Z]){_GEN_CH}{{16,}}))")
-# A password: anything but a path or a reference, ending where a value ends (not at a bracket).
-_PW_VALUE = r"(?![\s\"']|\[REDACTED|\$|%\(|\{\{|<[\w-]+>|(?:~|\.{1,2})?/[\w.-]+/)[^\s\"'`,;()\[\]{}<>]{4,200}(?![^\s\"'`,;)\]}>])"
+# A password written without quotes: anything but a path, a reference or a bare name (in code,
+# `password = None` and `passwd = password_mgr` are variables), ending where a value ends.
+_PW_CH = r"[^\s\"'`,;()\[\]{}<>]"
+_PW_END = r"(?![^\s\"'`,;)\]}>])"
+_PW_VALUE = (rf"(?![\s\"']|\[REDACTED|\$|%\(|\{{\{{|<[\w-]+>|(?:~|\.{{1,2}})?/[\w.-]+/)"
+             rf"(?={_PW_CH}{{0,200}}?[^A-Za-z_.\s\"'`,;()\[\]{{}}<>]){_PW_CH}{{4,200}}{_PW_END}")
+
+
 def _tok(*prefixes):
     """Prefixes of a token, each not preceded by a letter (a digit or _ may be: `%20sk-ant-…`,
-    `MY_ghp_…`). The literal comes first, so
-    the regex engine jumps from one candidate to the next instead of testing every position."""
+    `MY_ghp_…`). The literal comes first, so the regex engine jumps from one candidate to the
+    next instead of testing every position."""
     return "(?:" + "|".join(f"{re.escape(p)}(?<![A-Za-z]{re.escape(p)})" for p in prefixes) + ")"
 
 
@@ -782,8 +793,8 @@ _SECRET_PATTERNS = [
       "nrak-", "glsa_", "key-", "-us")),
     (_tok("eyJ") + r"[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", "jwt", ("eyj",)),
     (r"(?i)(?=b)\b(bearer\s+)[A-Za-z0-9._~+/=-]{16,}", "bearer_token", ("bearer",)),
-    (r"(?i)(?=[pa])(\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?(?:[A-Za-z-]{1,20}[ \t]+)?)"
-     r"(?!\[REDACTED)[^\s\"',;]{8,}", "authorization", ("authorization",)),
+    (r"(?i)(?=[pa])(\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?(?:[A-Za-z-]{1,20}[ \t]+)?)" + _GEN,
+     "authorization", ("authorization",)),
     (r"(?=B)(\bBasic[ \t]+)(?=[A-Za-z0-9+/]{0,200}?[0-9+/=])[A-Za-z0-9+/]{12,}={0,2}", "basic_auth", ("basic",)),
     # The password runs to the last @ before a host, so one holding / or @ goes whole, and the
     # user may be empty (redis://:pw@host).
@@ -807,6 +818,9 @@ _SECRET_PATTERNS = [
     (rf"(?i)(?=[pmc_-])({_PW_KEY}{_SEP}\")(?!\[REDACTED)[^\"\n]{{1,200}}(?=\")|({_PW_KEY}{_SEP}')(?!\[REDACTED)[^'\n]{{1,200}}(?=')",
      "password", _PW_WORDS),
     (rf"(?i)(?=[pmc_-])({_PW_KEY}{_SEP})" + _PW_VALUE, "password", _PW_WORDS),
+    # In an environment assignment (DB_PASSWORD=...) even a password of letters only.
+    (rf"(?-i:((?<![\w$])[A-Z][A-Z0-9_]{{0,40}}?(?:PASSWORD|PASSWD|PASSPHRASE|_PASS|_PWD)[A-Z0-9_]{{0,20}}=))"
+     rf"(?!\[REDACTED|\$){_PW_CH}{{4,200}}{_PW_END}", "password", _PW_WORDS),
     (rf"(?i)(--?[A-Za-z0-9-]{{0,30}}?{_PW_KEY}[ \t]+['\"]?)" + _PW_VALUE, "password", _PW_WORDS),
     (rf"(?i)(?=[stcakpme])(private[_-]?key[_-]?id{_SEP}[\"']?|{_SK_KEY}{_SEP}[\"']?)" + _GEN, "secret_value",
      ("secret", "token", "key", "credential", "signature") + tuple(w + c for w in ("auth", "sig") for c in "\"' \t:=")),

@@ -125,6 +125,10 @@ ORDINARY = [
     "sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 matches",
     "ssh -p 2222 deploy@host && mkdir -p build/out && curl -s https://example.com/api",
     "the monkey=banana test and keyboard layout; authors: alice, bob",
+    "passwd = None\nself.passwd = password_mgr\nusername = password = None\npasswd = passwd or ''",
+    "registry_key = cls.REGISTRY_KEY_DEBUG\nkey = element.namespaceURI, element.localName\n_SIGNATURE = 0x08074b50",
+    "items.sort(key=pytree.Base.get_lineno)\nERRORTOKEN = token.ERRORTOKEN\nauth = base64.b64encode(raw)",
+    'authorization = self.headers.get("authorization")\nauthorization = authorization.split()',
 ]
 
 
