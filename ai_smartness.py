@@ -125,6 +125,13 @@ RECALL_DIR = "recall"  # .ai/recall/<query> is the virtual path the model reads
 FIELD_CHARS = 200
 # Characters kept of /compact's custom instructions in a synthesis.
 INSTRUCTIONS_CHARS = 2000
+# Hook payload fields stored as they come (heartbeat, threads, synthesis), with the characters
+# kept of each: any JSON type is coerced to short clean text.
+RAW_FIELDS = {"session_id": FIELD_CHARS, "reason": FIELD_CHARS, "trigger": FIELD_CHARS,
+              "custom_instructions": INSTRUCTIONS_CHARS}
+# A payload string longer than its cut is redacted this far past the cut first (a secret left
+# cut at that end is shorter than half of it; key blocks are redacted up to the end anyway).
+SECRET_SPAN = 16384
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -912,11 +919,10 @@ def _redact_patterns(text):
 
 def _redact_base64(match):
     import base64
-    import binascii
     run = match.group(0)
     try:
         decoded = base64.b64decode(run + "=" * (-len(run) % 4)).decode("ascii")
-    except (binascii.Error, ValueError):
+    except ValueError:  # binascii.Error and UnicodeDecodeError alike: not the base64 of text
         return run
     if _PRINTABLE_RE.fullmatch(decoded) and _redact_patterns(decoded) != decoded:
         return "[REDACTED:base64_secret]"
@@ -4201,13 +4207,6 @@ HOOK_LOGIC = {"start": logic_start, "inject": logic_inject, "pretool": logic_pre
               "stop": logic_stop, "precompact": logic_precompact, "end": logic_end}
 # Hooks whose work is worth sending to a warm daemon.
 DAEMON_HOOKS = ("inject", "pretool", "capture")
-
-
-# Payload fields stored as they come (heartbeat, threads, synthesis): coerced to short text.
-RAW_FIELDS = {"session_id": FIELD_CHARS, "reason": FIELD_CHARS, "trigger": FIELD_CHARS,
-              "custom_instructions": INSTRUCTIONS_CHARS}
-# A secret cut by a first, generous cut stays within this many characters of its end.
-SECRET_SPAN = 16384
 
 
 def trim_strings(value, limit=60000, fields=RAW_FIELDS):
