@@ -728,7 +728,7 @@ _PREFIX_RE = LazyRe(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:
 # families without one: a secret-ish key followed by a value (env, JSON, YAML, CLI flag), a
 # credential on a command line, a URL's user-info. Every repeat is bounded or cannot backtrack,
 # so a megabyte of hostile text costs time in proportion to its length.
-_PW_KEY = (r"(?:password|passwd|passphrase|mot[_ ]de[_ ]passe|contraseña|[_-]pass|[_-]pwd)"
+_PW_KEY = (r"(?:password|passwd|passphrase|mot[_ ]de[_ ]passe|contraseña|[_-]pass|(?<![a-z])pwd)"
            r"(?:[_-](?:hash|prod|dev|test|live|b64|base64|value))?")
 _SK_KEY = (r"(?:secret|token|credentials?|signature|(?:api|secret|private|access|master|account|encryption|"
            r"signing|auth)key|(?-i:(?<![a-z])(?i:key)|(?<=[a-z])Key)|(?<![a-z])auth|(?<![a-z])sig)"
@@ -749,7 +749,7 @@ _GEN = (rf"(?-i:{_NOT_CODE}(?:(?={_GEN_CH}{{0,200}}?\d)(?={_GEN_CH}{{0,200}}?[A-
 # `password = None` and `passwd = password_mgr` are variables), ending where a value ends.
 _PW_CH = r"[^\s\"'`,;()\[\]{}<>]"
 _PW_END = r"(?![^\s\"'`,;)\]}>])"
-_PW_VALUE = (rf"(?![\s\"']|\[REDACTED|\$|%\(|\{{\{{|<[\w-]+>|(?:~|\.{{1,2}})?/[\w.-]+/)"
+_PW_VALUE = (rf"(?![\s\"']|\[REDACTED|\$|%\(|\{{\{{|<[\w-]+>|(?:~|\.{{1,2}})?/)"
              rf"(?={_PW_CH}{{0,200}}?[^A-Za-z_.\s\"'`,;()\[\]{{}}<>]){_PW_CH}{{4,200}}{_PW_END}")
 
 
@@ -802,6 +802,7 @@ _SECRET_PATTERNS = [
     (r"(?i)(?=b)\b(bearer\s+)[A-Za-z0-9._~+/=-]{16,}", "bearer_token", ("bearer",)),
     (r"(?i)(?=[pa])(\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?(?:[A-Za-z-]{1,20}[ \t]+)?)" + _GEN,
      "authorization", ("authorization",)),
+    (r"(?i)(?=[cs])(\b(?:set-)?cookie[\"']?[ \t]*:[ \t]*[\"']?[\w.-]{1,100}=)" + _GEN, "cookie", ("cookie",)),
     (r"(?=B)(\bBasic[ \t]+)(?=[A-Za-z0-9+/]{0,200}?[0-9+/=])[A-Za-z0-9+/]{12,}={0,2}", "basic_auth", ("basic",)),
     # The password runs to the last @ before a host, so one holding / or @ goes whole, and the
     # user may be empty (redis://:pw@host).

@@ -111,6 +111,10 @@ CORPUS = [
     ("key_next_line", "ANTHROPIC_API_KEY=sk-ant-api03-Lq7Hk2LmN8pR4sT6vW1xY3zA5bC9\nXq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9",
      "Xq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9"),
     ("mot_de_passe", "mot de passe : Mp7dPw9xQ2zK", "Mp7dPw9xQ2zK"),
+    ("odbc_pwd", "Driver={ODBC Driver 18};Server=db;Uid=sa;Pwd=Od7bcPw9xQ2z;Encrypt=yes", "Od7bcPw9xQ2z"),
+    ("cookie", 'curl -H "Cookie: sessionid=Ck7Hk2LmN8pR4sT6vW1xY3" https://app.example.com', "Ck7Hk2LmN8pR4sT6vW1xY3"),
+    ("kubeconfig_key", "users:\n- name: admin\n  user:\n    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVBcTdIazJMbU44cFI0c1Q2dlcxeFkzekE1YkM5",
+     "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVBcTdIazJMbU44cFI0c1Q2dlcxeFkzekE1YkM5"),
 ]
 # Ordinary text, code and identifiers that must come out unchanged.
 ORDINARY = [
@@ -123,7 +127,7 @@ ORDINARY = [
     "The password field must be validated; first pass: compile everything; bypass: true",
     "Use basic authentication over TLS; see https://example.com:8443/docs?page=2#auth",
     "sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 matches",
-    "ssh -p 2222 deploy@host && mkdir -p build/out && curl -s https://example.com/api",
+    "ssh -p 2222 deploy@host && mkdir -p build/out && curl -s https://example.com/api\nPWD=/tmp OLDPWD=/home/bob",
     "the monkey=banana test and keyboard layout; authors: alice, bob",
     "passwd = None\nself.passwd = password_mgr\nusername = password = None\npasswd = passwd or ''",
     "registry_key = cls.REGISTRY_KEY_DEBUG\nkey = element.namespaceURI, element.localName\n_SIGNATURE = 0x08074b50",
