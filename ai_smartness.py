@@ -4211,21 +4211,20 @@ DAEMON_HOOKS = ("inject", "pretool", "capture")
 
 
 def trim_strings(value, limit=60000, fields=RAW_FIELDS):
-    """Redact then cut every long string of a payload, keys included: nothing downstream keeps
-    more than `limit`, and no cut leaves a piece of a secret. Lone surrogates (legal as JSON
-    escapes) become '?': they cannot be written as UTF-8. Top-level raw `fields` are coerced
-    to short clean text (any JSON type comes in)."""
+    """Cut every long string of a payload: nothing downstream keeps more than `limit`. A string
+    is redacted before its cut, so no cut leaves a piece of a secret (one short enough to keep
+    whole is redacted where it is used). Keys are redacted and cleaned too; lone surrogates
+    (legal as JSON escapes) become '?': they cannot be written as UTF-8. Top-level raw
+    `fields` are coerced to short clean text (any JSON type comes in)."""
     if isinstance(value, str):
         if len(value) > limit:
             # Redacting megabytes would eat the hook's budget: redact a generous head, and the
             # whole only when redaction shrank it so much that the cut end could come into view.
             head = redact(value[: limit + SECRET_SPAN])
             value = (head if len(head) >= limit + SECRET_SPAN // 2 else redact(value))[:limit]
-        else:
-            value = redact(value)
         return value.encode("utf-8", "replace").decode("utf-8")
     if isinstance(value, dict):
-        return {trim_strings(str(k), limit, None): clean_field(v, fields[k]) if fields and k in fields
+        return {trim_strings(redact(str(k)), limit, None): clean_field(v, fields[k]) if fields and k in fields
                 else trim_strings(v, limit, None) for k, v in value.items()}
     if isinstance(value, list):
         return [trim_strings(v, limit, None) for v in value[:500]]
