@@ -241,6 +241,12 @@ def test_trim_strings_cut_leaves_no_piece():
     check_cutter(lambda t: ai.trim_strings([t], limit=5000)[0], [5000], 5000 + ai.SECRET_SPAN + 500)
 
 
+def test_recall_query_cut_leaves_no_piece():
+    def query(text):
+        return ai.recall_query({"tool_name": "Read", "tool_input": {"file_path": ".ai/recall/" + text}}, "/p")
+    check_cutter(query, [300], 500)
+
+
 def test_clean_field_cut_leaves_no_piece():
     check_cutter(lambda t: ai.clean_field(t, 100), [99], 300)
 
