@@ -809,7 +809,8 @@ _SECRET_PATTERNS = [
     (r"((?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,20}://[^\s:/@\"'<>]{0,100}:)(?!\[REDACTED)"
      r"[^\s\"'<>]{1,200}(?=@[A-Za-z0-9._-]{1,253}(?::[0-9]{1,5})?(?:[/?#\s\"'<>)\],;]|$))", "url_password", ("://",)),
     # Credentials on a command line.
-    (r"(?=[mdphsbrcwv])(\b(?:mysql|mysqldump|mariadb|mysqladmin|mysqlimport)\b[^\n|;&]{0,200}?[ \t]-p)['\"]?(?![\s'\"-])[^\s'\"]+"
+    (r"(?=[mdphsbrcwv])(\b(?:mysql|mysqldump|mariadb|mysqladmin|mysqlimport)\b[^\n|;&]{0,200}?[ \t]-p)"
+     r"['\"]?(?![\s'\"-])[^\s'\"]+"
      r"|(\bsshpass[ \t]+-p[ \t]*)['\"]?[^\s'\"]+"
      r"|(\b(?:docker|podman|helm|skopeo|buildah)\b[^\n|;&]{0,100}?\blogin\b[^\n|;&]{0,200}?[ \t](?:-p|--password)"
      r"[ \t=]+)['\"]?(?!-)[^\s'\"]+"
@@ -823,8 +824,8 @@ _SECRET_PATTERNS = [
     # key = value, "key": "value", key: value, --key value. A password is any quoted value (multi
     # word too) or any unquoted one; other secret-ish keys only take generated-looking values,
     # so prose such as "refresh token: revoke the old one" stays readable.
-    (rf"(?i)(?=[pmc_-])({_PW_KEY}{_SEP}\")(?!\[REDACTED)[^\"\n]{{1,200}}(?=\")|({_PW_KEY}{_SEP}')(?!\[REDACTED)[^'\n]{{1,200}}(?=')",
-     "password", _PW_WORDS),
+    (rf"(?i)(?=[pmc_-])({_PW_KEY}{_SEP}\")(?!\[REDACTED)[^\"\n]{{1,200}}(?=\")"
+     rf"|({_PW_KEY}{_SEP}')(?!\[REDACTED)[^'\n]{{1,200}}(?=')", "password", _PW_WORDS),
     (rf"(?i)(?=[pmc_-])({_PW_KEY}{_SEP})" + _PW_VALUE, "password", _PW_WORDS),
     # In an environment assignment (DB_PASSWORD=...) even a password of letters only.
     (rf"(?-i:((?<![\w$])[A-Z][A-Z0-9_]{{0,40}}?(?:PASSWORD|PASSWD|PASSPHRASE|_PASS|_PWD)[A-Z0-9_]{{0,20}}=))"

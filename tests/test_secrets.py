@@ -1,7 +1,6 @@
 """F3: no secret on disk, in logs or in file names. A corpus of realistic FAKE secrets (made-up
 shapes of each family, no real credential) goes through every path a hook stores, then every
 file and file name of the data dir is searched for any 8-character piece of each secret."""
-import base64
 import json
 import os
 import re
@@ -167,13 +166,14 @@ HOSTILE_UNITS = ["password=", "a.", "x://a:", "token: ", "-----BEGIN ", "ghp_", 
                  "PuTTY-User-Key-File-1:", "[REDACTED:x]\n", "vault login -x ", "<password>", "--token "]
 
 
-def redact_cost(text, runs=2):
+def redact_cost(text, runs=3):
+    """Best CPU time of a few runs: CPU time, not wall time, so other processes do not count."""
     best = float("inf")
     for _ in range(runs):
         vars(ai).get("_REDACTED", {}).clear()  # no memo: measure the scan
-        start = time.perf_counter()
+        start = time.process_time()
         ai.redact(text)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
     return best
 
 
@@ -181,15 +181,15 @@ def redact_cost(text, runs=2):
 def test_redact_is_linear_on_hostile_runs(unit):
     """A run built to make a backtracking pattern go quadratic: ten times longer must cost about
     ten times more (a linear baseline in the same run), not a hundred times."""
-    small, big = redact_cost(unit * (10_000 // len(unit)), 3), redact_cost(unit * (100_000 // len(unit)), 1)
-    assert big < 30 * small + 0.02, (small, big)
+    small, big = redact_cost(unit * (10_000 // len(unit)), 5), redact_cost(unit * (100_000 // len(unit)))
+    assert big < 40 * small + 0.05, (small, big)
 
 
 def test_redact_of_a_hostile_megabyte_is_linear():
     def hostile(size):
         return "".join(unit * (size // len(HOSTILE_UNITS) // len(unit)) for unit in HOSTILE_UNITS)
-    small, big = redact_cost(hostile(100_000)), redact_cost(hostile(1_000_000))
-    assert big < 25 * small + 0.05, (small, big)
+    small, big = redact_cost(hostile(100_000)), redact_cost(hostile(1_000_000), 2)
+    assert big < 30 * small + 0.1, (small, big)
 
 
 # ---- cuts: redaction comes first, so no cut leaves a piece of a secret ----
