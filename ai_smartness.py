@@ -174,6 +174,13 @@ TOOL_INPUT_FIELDS = {
     "prompt": (str, None), "url": (str, 4096), "query": (str, 2000), "subagent_type": (str, 200),
     "edits": (list, None),
 }
+# Hook payload fields stored as they come (heartbeat, threads, synthesis), with the characters
+# kept of each: any JSON type is coerced to short clean text.
+RAW_FIELDS = {"session_id": FIELD_CHARS, "reason": FIELD_CHARS, "trigger": FIELD_CHARS,
+              "custom_instructions": INSTRUCTIONS_CHARS}
+# A payload string longer than its cut is redacted this far past the cut first (a secret left
+# cut at that end is shorter than half of it; key blocks are redacted up to the end anyway).
+SECRET_SPAN = 16384
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -295,7 +302,7 @@ def clamp(value, low=0.0, high=1.0):
 
 
 def shorten(text, limit):
-    text = " ".join((text or "").split())
+    text = " ".join(redact(text or "").split())  # redacted before the cut: no partial secret
     if len(text) <= limit:
         return text
     cut = text[: max(0, limit - 1)]
@@ -385,6 +392,7 @@ class Log:
     def write_many(self, records):
         """[(level, msg, fields)] in one append: a drained batch logs each decision."""
         try:
+            records = [(level, redact(str(msg)), redact_value(fields)) for level, msg, fields in records]
             now, pid = iso(time.time()), os.getpid()
             text = "".join(json.dumps(dict({"ts": now, "pid": pid, "level": level, "msg": msg}, **fields),
                                       ensure_ascii=False, default=str) + "\n" for level, msg, fields in records)
@@ -942,7 +950,7 @@ class Store:
     def update_heartbeat(self, **fields):
         with FileLock(self.path("heartbeat.lock"), timeout=2.0):
             doc = self.heartbeat()
-            doc.update(fields)
+            doc.update((k, v if isinstance(v, (int, float)) else clean_field(v)) for k, v in fields.items())
             doc["schema"] = SCHEMA
             # Advisory state rewritten by most hooks: not worth an fsync on their critical path.
             write_json_atomic(self.path("heartbeat.json"), doc, sync=False)
@@ -1080,7 +1088,7 @@ _PREFIX_RE = LazyRe(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:
 # families without one: a secret-ish key followed by a value (env, JSON, YAML, CLI flag), a
 # credential on a command line, a URL's user-info. Every repeat is bounded or cannot backtrack,
 # so a megabyte of hostile text costs time in proportion to its length.
-_PW_KEY = (r"(?:password|passwd|passphrase|mot[_ ]de[_ ]passe|contraseña|[_-]pass|[_-]pwd)"
+_PW_KEY = (r"(?:password|passwd|passphrase|mot[_ ]de[_ ]passe|contraseña|[_-]pass|(?<![a-z])pwd)"
            r"(?:[_-](?:hash|prod|dev|test|live|b64|base64|value))?")
 _SK_KEY = (r"(?:secret|token|credentials?|signature|(?:api|secret|private|access|master|account|encryption|"
            r"signing|auth)key|(?-i:(?<![a-z])(?i:key)|(?<=[a-z])Key)|(?<![a-z])auth|(?<![a-z])sig)"
@@ -1088,23 +1096,35 @@ _SK_KEY = (r"(?:secret|token|credentials?|signature|(?:api|secret|private|access
 _PW_WORDS = ("pass", "pwd", "mot de", "mot_de", "contrase")
 _SEP = r"[\"']?[ \t]*(?:=>|:=|[:=])[ \t]*"
 # A value that looks generated: 8+ characters with a digit and a letter, or 16+ in mixed case.
-# (The character class has no bracket: `tokens[i+1]` and `get_key()` are code, not values.)
+# Code is not a value: the class has no bracket; a name followed by ( or [ is a call or an index
+# (`tokens[i+1]`, `base64.b64encode(x)`); a dotted name of words is an attribute
+# (`cls.REGISTRY_KEY`, `element.namespaceURI`); nor are a short hex literal and a path.
 _GEN_CH = r"[A-Za-z0-9_\-+/=.~:%@]"
-_GEN = (rf"(?-i:(?!\[REDACTED|(?:~|\.{{1,2}})?/[\w.-]+/)(?:(?={_GEN_CH}{{0,200}}?\d)(?={_GEN_CH}{{0,200}}?[A-Za-z])"
+_WORDY = r"_{0,3}[A-Za-z][A-Za-z_]{0,100}[0-9]{0,2}"
+_NOT_CODE = (rf"(?!\[REDACTED|(?:~|\.{{1,2}})?/[\w.-]+/|[\w.]{{1,200}}[(\[]|0x[0-9a-fA-F]{{1,16}}(?!{_GEN_CH})"
+             rf"|{_WORDY}(?:\.{_WORDY}){{1,10}}(?!{_GEN_CH}))")
+_GEN = (rf"(?-i:{_NOT_CODE}(?:(?={_GEN_CH}{{0,200}}?\d)(?={_GEN_CH}{{0,200}}?[A-Za-z])"
         rf"{_GEN_CH}{{8,}}|(?={_GEN_CH}{{0,200}}?[a-z])(?={_GEN_CH}{{0,200}}?[A-Z]){_GEN_CH}{{16,}}))")
-# A password: anything but a path or a reference, ending where a value ends (not at a bracket).
-_PW_VALUE = r"(?![\s\"']|\[REDACTED|\$|%\(|\{\{|<[\w-]+>|(?:~|\.{1,2})?/[\w.-]+/)[^\s\"'`,;()\[\]{}<>]{4,200}(?![^\s\"'`,;)\]}>])"
+# A password written without quotes: anything but a path, a reference or a bare name (in code,
+# `password = None` and `passwd = password_mgr` are variables), ending where a value ends.
+_PW_CH = r"[^\s\"'`,;()\[\]{}<>]"
+_PW_END = r"(?![^\s\"'`,;)\]}>])"
+_PW_VALUE = (rf"(?![\s\"']|\[REDACTED|\$|%\(|\{{\{{|<[\w-]+>|(?:~|\.{{1,2}})?/)"
+             rf"(?={_PW_CH}{{0,200}}?[^A-Za-z_.\s\"'`,;()\[\]{{}}<>]){_PW_CH}{{4,200}}{_PW_END}")
+
+
 def _tok(*prefixes):
-    """Prefixes of a token, each not preceded by a word character. The literal comes first, so
-    the regex engine jumps from one candidate to the next instead of testing every position."""
-    return "(?:" + "|".join(f"{re.escape(p)}(?<!\\w{re.escape(p)})" for p in prefixes) + ")"
+    """Prefixes of a token, each not preceded by a letter (a digit or _ may be: `%20sk-ant-…`,
+    `MY_ghp_…`). The literal comes first, so the regex engine jumps from one candidate to the
+    next instead of testing every position."""
+    return "(?:" + "|".join(f"{re.escape(p)}(?<![A-Za-z]{re.escape(p)})" for p in prefixes) + ")"
 
 
 # (pattern, kind, words one of which the lower-cased text must contain for the pattern to run)
 _SECRET_PATTERNS = [
     (r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----.*?"
      r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z)", "private_key", ("private key",)),
-    (r"(PuTTY-User-Key-File-\d{1,2}:[^\n]{0,200}\n).*?(?:Private-MAC:[ \t]*[0-9a-fA-F]+|\Z)", "putty_key", ("putty",)),
+    (r"(PuTTY-User-Key-File-\d{1,2}:).*?(?:Private-MAC:[ \t]*[0-9a-fA-F]+|\Z)", "putty_key", ("putty",)),
     (_tok("sk-ant-") + r"[A-Za-z0-9_-]{16,}", "anthropic_key", ("sk-ant-",)),
     (_tok("sk-") + r"(?:proj-|live-|test-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_-]{20,}", "api_key", ("sk-",)),
     (_tok("ghp_", "gho_", "ghu_", "ghs_", "ghr_") + r"[A-Za-z0-9]{30,}|" + _tok("github_pat_") + r"[A-Za-z0-9_]{22,}",
@@ -1140,15 +1160,17 @@ _SECRET_PATTERNS = [
       "nrak-", "glsa_", "key-", "-us")),
     (_tok("eyJ") + r"[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", "jwt", ("eyj",)),
     (r"(?i)(?=b)\b(bearer\s+)[A-Za-z0-9._~+/=-]{16,}", "bearer_token", ("bearer",)),
-    (r"(?i)(?=[pa])(\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?(?:[A-Za-z-]{1,20}[ \t]+)?)"
-     r"(?!\[REDACTED)[^\s\"',;]{8,}", "authorization", ("authorization",)),
+    (r"(?i)(?=[pa])(\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?(?:[A-Za-z-]{1,20}[ \t]+)?)" + _GEN,
+     "authorization", ("authorization",)),
+    (r"(?i)(?=[cs])(\b(?:set-)?cookie[\"']?[ \t]*:[ \t]*[\"']?[\w.-]{1,100}=)" + _GEN, "cookie", ("cookie",)),
     (r"(?=B)(\bBasic[ \t]+)(?=[A-Za-z0-9+/]{0,200}?[0-9+/=])[A-Za-z0-9+/]{12,}={0,2}", "basic_auth", ("basic",)),
     # The password runs to the last @ before a host, so one holding / or @ goes whole, and the
     # user may be empty (redis://:pw@host).
     (r"((?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,20}://[^\s:/@\"'<>]{0,100}:)(?!\[REDACTED)"
      r"[^\s\"'<>]{1,200}(?=@[A-Za-z0-9._-]{1,253}(?::[0-9]{1,5})?(?:[/?#\s\"'<>)\],;]|$))", "url_password", ("://",)),
     # Credentials on a command line.
-    (r"(?=[mdphsbrcwv])(\b(?:mysql|mysqldump|mariadb|mysqladmin|mysqlimport)\b[^\n|;&]{0,200}?[ \t]-p)['\"]?(?![\s'\"-])[^\s'\"]+"
+    (r"(?=[mdphsbrcwv])(\b(?:mysql|mysqldump|mariadb|mysqladmin|mysqlimport)\b[^\n|;&]{0,200}?[ \t]-p)"
+     r"['\"]?(?![\s'\"-])[^\s'\"]+"
      r"|(\bsshpass[ \t]+-p[ \t]*)['\"]?[^\s'\"]+"
      r"|(\b(?:docker|podman|helm|skopeo|buildah)\b[^\n|;&]{0,100}?\blogin\b[^\n|;&]{0,200}?[ \t](?:-p|--password)"
      r"[ \t=]+)['\"]?(?!-)[^\s'\"]+"
@@ -1156,28 +1178,33 @@ _SECRET_PATTERNS = [
      r"|(\b(?:curl|wget)\b[^\n|;&]{0,300}?[ \t](?:-u|--user)[ \t=]*['\"]?[^\s:'\"]{1,100}:)[^\s'\"]{1,200}"
      r"|(\bvault[ \t]+login[ \t]+(?:-\S{1,100}[ \t]+){0,5})(?![-\[])[^\s'\"]{8,}"
      r"|(\bmachine[ \t]+\S{1,200}[ \t]+login[ \t]+\S{1,200}[ \t]+password[ \t]+)\S+", "cli_password",
-     ("mysql", "mariadb", "sshpass", "login", "redis-cli", "curl", "wget")),
+     ("mysql", "mariadb", "sshpass", "docker", "podman", "helm", "skopeo", "buildah", "redis-cli", "curl", "wget",
+      "vault", "machine")),
     (r"(?i)(<[\w:.-]{0,40}?(?:password|passwd|secret|token|api[_-]?key)>)[^<\n]{1,200}(?=</)", "xml_secret", ("</",)),
     # key = value, "key": "value", key: value, --key value. A password is any quoted value (multi
     # word too) or any unquoted one; other secret-ish keys only take generated-looking values,
     # so prose such as "refresh token: revoke the old one" stays readable.
-    (rf"(?i)(?=[pmc_-])({_PW_KEY}{_SEP}\")(?!\[REDACTED)[^\"\n]{{1,200}}(?=\")|({_PW_KEY}{_SEP}')(?!\[REDACTED)[^'\n]{{1,200}}(?=')",
-     "password", _PW_WORDS),
+    (rf"(?i)(?=[pmc_-])({_PW_KEY}{_SEP}\")(?!\[REDACTED)[^\"\n]{{1,200}}(?=\")"
+     rf"|({_PW_KEY}{_SEP}')(?!\[REDACTED)[^'\n]{{1,200}}(?=')", "password", _PW_WORDS),
     (rf"(?i)(?=[pmc_-])({_PW_KEY}{_SEP})" + _PW_VALUE, "password", _PW_WORDS),
+    # In an environment assignment (DB_PASSWORD=...) even a password of letters only.
+    (rf"(?-i:((?<![\w$])[A-Z][A-Z0-9_]{{0,40}}?(?:PASSWORD|PASSWD|PASSPHRASE|_PASS|_PWD)[A-Z0-9_]{{0,20}}=))"
+     rf"(?!\[REDACTED|\$){_PW_CH}{{4,200}}{_PW_END}", "password", _PW_WORDS),
     (rf"(?i)(--?[A-Za-z0-9-]{{0,30}}?{_PW_KEY}[ \t]+['\"]?)" + _PW_VALUE, "password", _PW_WORDS),
     (rf"(?i)(?=[stcakpme])(private[_-]?key[_-]?id{_SEP}[\"']?|{_SK_KEY}{_SEP}[\"']?)" + _GEN, "secret_value",
-     ("secret", "token", "key", "auth", "sig", "credential")),
-    (rf"(?i)(--?[A-Za-z0-9-]{{0,30}}?(?:token|secret|api-?key|access-key|secret-key|auth)[ \t]+['\"]?)" + _GEN,
-     "secret_value", ("--", "-")),
+     ("secret", "token", "key", "credential", "signature") + tuple(w + c for w in ("auth", "sig") for c in "\"' \t:=")),
+    (rf"(?i)(--[A-Za-z0-9-]{{0,30}}?(?:token|secret|api-?key|access-key|secret-key|auth)[ \t]+['\"]?)" + _GEN,
+     "secret_value", ("--",)),
 ]
-_SECRET_RES = [(LazyRe(p, re.S), kind, words) for p, kind, words in _SECRET_PATTERNS]
+_SECRET_RES = [(LazyRe(p, re.S), kind, frozenset(words)) for p, kind, words in _SECRET_PATTERNS]
+_TRIGGER_WORDS = frozenset(w for *_, ws in _SECRET_PATTERNS for w in ws)
 # The base64 of a secret (docker "auth", `echo $TOKEN | base64`): decoded and checked.
 _BASE64_RE = LazyRe(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{24,8192}={0,2}(?![A-Za-z0-9+/=])")
 _PRINTABLE_RE = LazyRe(r"[\t\n\r\x20-\x7e]*")
-# The next line of a key split across lines (a wrapped terminal line, a folded env value).
+# The next line of a key split across lines (a wrapped terminal line, a folded env value): its
+# first word when it looks generated (12+ token characters with a digit).
 _CONTINUED_RE = LazyRe(r"(\[REDACTED:[a-z_]+\][ \t]*\\?\r?\n[ \t]*)(?=[A-Za-z0-9_+/=-]{0,200}?[0-9])"
-                       r"[A-Za-z0-9_+/=-]{8,}(?:[ \t]*\\?\r?\n[ \t]*[A-Za-z0-9_+/=-]{8,}(?=[ \t]*(?:\r?\n|$)))*"
-                       r"(?=[ \t]*(?:\r?\n|$))")
+                       r"[A-Za-z0-9_+/=-]{12,}(?![^\s,;.])")
 # Recently redacted texts: a text redacted once (the hook, then the capture, then the cutters)
 # is not scanned again. Redaction is idempotent, so an output is its own redaction.
 _REDACTED = {}
@@ -1231,7 +1258,8 @@ def redact(text):
         return text
     out = _redact_patterns(text)
     out = _BASE64_RE.sub(_redact_base64, out)
-    out = _CONTINUED_RE.sub(lambda m: m.group(1) + "[REDACTED:continued]", out)
+    if "[REDACTED:" in out:
+        out = _CONTINUED_RE.sub(lambda m: m.group(1) + "[REDACTED:continued]", out)
     if len(out) >= 256:
         if len(_REDACTED) >= _REDACTED_MAX:
             _REDACTED.clear()
@@ -1241,8 +1269,11 @@ def redact(text):
 
 def _redact_patterns(text):
     lower = text.lower()
+    found = {w for w in _TRIGGER_WORDS if w in lower}
+    if not found:
+        return text
     for pattern, kind, words in _SECRET_RES:
-        if not any(w in lower for w in words):
+        if found.isdisjoint(words):
             continue
         text = pattern.sub(lambda m, k=kind: next((g for g in m.groups() if g), "") + f"[REDACTED:{k}]", text)
     return text
@@ -1250,11 +1281,10 @@ def _redact_patterns(text):
 
 def _redact_base64(match):
     import base64
-    import binascii
     run = match.group(0)
     try:
         decoded = base64.b64decode(run + "=" * (-len(run) % 4)).decode("ascii")
-    except (binascii.Error, ValueError):
+    except ValueError:  # binascii.Error and UnicodeDecodeError alike: not the base64 of text
         return run
     if _PRINTABLE_RE.fullmatch(decoded) and _redact_patterns(decoded) != decoded:
         return "[REDACTED:base64_secret]"
@@ -1514,7 +1544,7 @@ def _response_text(resp):
 
 
 def head_tail(text, head=1200, tail=600):
-    text = text or ""
+    text = redact(text or "")
     if len(text) <= head + tail + 20:
         return text
     return text[:head].rstrip() + "\n[…]\n" + text[-tail:].lstrip()
@@ -1522,6 +1552,7 @@ def head_tail(text, head=1200, tail=600):
 
 def code_outline(content, head=1200, limit=1500):
     """Start of a file plus its definition lines: what a later recall needs to know."""
+    content = redact(content)
     outline = [ln.strip() for ln in content.splitlines()[40:]
                if re.match(r"\s*(def |class |function |export |async def |#{1,3} |fn |func |"
                            r"public |private |interface |type |const [A-Z])", ln)]
@@ -1551,7 +1582,8 @@ def tool_capture(payload, data_dir=None):
         text = f"Read {path}:\n{code_outline(content)}"
     elif tool == "Write":
         content = inp.get("content") or (resp.get("content") if isinstance(resp, dict) else "")
-        text = f"Wrote {path}:\n{code_outline(content or '', 900, 800)}"
+        content = content if isinstance(content, str) else json.dumps(content, default=str) if content else ""
+        text = f"Wrote {path}:\n{code_outline(content, 900, 800)}"
     elif tool in ("Edit", "MultiEdit", "NotebookEdit"):
         edits = inp.get("edits") if isinstance(inp.get("edits"), list) else [inp]
         parts = []
@@ -2768,9 +2800,9 @@ def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=N
         origin = source if source in ORIGINS else "prompt"
     entry = {"text": cleaned, "source": source, "origin": origin, "ts": ts}
     if file_path:
-        entry["file"] = str(file_path)[:500]
+        entry["file"] = clean_field(file_path, 500)
     if session_id:
-        entry["session"] = str(session_id)[:100]
+        entry["session"] = clean_field(session_id, 100)
     return entry
 
 
@@ -4705,7 +4737,7 @@ def recall_query(payload, project):
     if not same_dir(folder, project):
         return None  # another folder's recall path: not ours to answer
     from urllib.parse import unquote
-    query = unquote(path[at + len(marker):]).replace("/", " ").strip()
+    query = redact(unquote(path[at + len(marker):])).replace("/", " ").strip()  # redacted before any cut
     if query.endswith((".md", ".txt")):
         query = query.rsplit(".", 1)[0]
     return query[:300] or None
@@ -4982,8 +5014,9 @@ def build_synthesis(texts, threads, now, trigger=None, instructions=None, sessio
 def hook_precompact(store, payload, mem):
     now = time.time()
     texts = [(r, redact(t)) for r, t in transcript_texts(payload.get("transcript_path"))]
-    doc = build_synthesis(texts, digest(store), now, payload.get("trigger"), payload.get("custom_instructions"),
-                          payload.get("session_id"))
+    doc = build_synthesis(texts, digest(store), now, clean_field(payload.get("trigger")),
+                          clean_field(payload.get("custom_instructions"), INSTRUCTIONS_CHARS),
+                          clean_field(payload.get("session_id")))
     store.write_synthesis(doc, now)
     store.log.info("synthesis saved", decisions=len(doc["decisions"]), open=len(doc["open_questions"]))
     return ""
@@ -4993,15 +5026,24 @@ def latest_synthesis(store):
     return store.latest_synthesis()
 
 
-def trim_strings(value, limit=60000):
-    """Cut every long string of a payload: nothing downstream keeps more than this. Lone
-    surrogates (legal as JSON escapes) become '?': they cannot be written as UTF-8."""
+def trim_strings(value, limit=60000, fields=RAW_FIELDS):
+    """Cut every long string of a payload: nothing downstream keeps more than `limit`. A string
+    is redacted before its cut, so no cut leaves a piece of a secret (one short enough to keep
+    whole is redacted where it is used). Keys are redacted and cleaned too; lone surrogates
+    (legal as JSON escapes) become '?': they cannot be written as UTF-8. Top-level raw
+    `fields` are coerced to short clean text (any JSON type comes in)."""
     if isinstance(value, str):
-        return value[:limit].encode("utf-8", "replace").decode("utf-8")
+        if len(value) > limit:
+            # Redacting megabytes would eat the hook's budget: redact a generous head, and the
+            # whole only when redaction shrank it so much that the cut end could come into view.
+            head = redact(value[: limit + SECRET_SPAN])
+            value = (head if len(head) >= limit + SECRET_SPAN // 2 else redact(value))[:limit]
+        return value.encode("utf-8", "replace").decode("utf-8")
     if isinstance(value, dict):
-        return {k: trim_strings(v, limit) for k, v in value.items()}
+        return {trim_strings(redact(str(k)), limit, None): clean_field(v, fields[k]) if fields and k in fields
+                else trim_strings(v, limit, None) for k, v in value.items()}
     if isinstance(value, list):
-        return [trim_strings(v, limit) for v in value[:500]]
+        return [trim_strings(v, limit, None) for v in value[:500]]
     return value
 
 

@@ -3,7 +3,7 @@ payloads, and the fixtures that come from ../shared.
 
 Imported by conftest.py, the test files and e2e_support.py. It puts the repo root and tests/
 on sys.path itself, so `import ai_smartness` works wherever it is imported from. The module is
-reached only through a few names (HOOKS or HOOK_ALIASES, Store, data_dir_of, daemon_alive, stop_daemon):
+reached only through a few names (HOOKS, Store, data_dir_of, daemon_alive, stop_daemon):
 when those change, this file changes, not the tests."""
 import json
 import os
@@ -33,10 +33,7 @@ SESSION = "11111111-2222-3333-4444-555555555555"
 def hook_events():
     """{Claude Code event: our hook name}, read from the module's own declaration of its hooks:
     the one place to change when that declaration changes shape."""
-    registry = getattr(mod, "HOOKS", None)  # the @hook registry (name -> Hook) replaces HOOK_ALIASES
-    if registry is not None:
-        return {h.event: h.name for h in registry.values()}
-    return dict(mod.HOOK_ALIASES)
+    return {h.event: h.name for h in mod.HOOKS.values()}
 
 
 def event_hooks():

@@ -1,0 +1,350 @@
+"""F3: no secret on disk, in logs or in file names. A corpus of realistic FAKE secrets (made-up
+shapes of each family, no real credential) goes through every path a hook stores, then every
+file and file name of the data dir is searched for any 8-character piece of each secret."""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+import ai_smartness as ai
+from conftest import SCRIPT
+
+A36 = "Q7hZk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJ"  # 36 mixed characters, reused to build shapes
+HEX64 = "3f9a1c7e5b2d4f608e1a9c3b5d7f0e2a4c6b8d0f1e3a5c7b9d1f3e5a7c9b1d3f"
+B40 = "wJ4lrXUtnFEMIK7MDENGbPxRfiCYzq81Kd0aPq2v"
+
+# (family, text as it appears in a session, the secret's distinctive core)
+CORPUS = [
+    ("aws_key_id", "aws_access_key_id = AKIAZ7Q2LMN8PR4ST6VW", "AKIAZ7Q2LMN8PR4ST6VW"),
+    ("aws_secret_env", f"AWS_SECRET_ACCESS_KEY={B40}", B40),
+    ("aws_credentials", f"[default]\naws_access_key_id = ASIAQ7HZK2LMN8PR4ST6\naws_secret_access_key = {B40[::-1]}",
+     B40[::-1]),
+    ("aws_sts_secret", f'{{"Credentials": {{"SecretAccessKey": "Zq{B40[2:]}", "Expiration": "2026"}}}}', "Zq" + B40[2:]),
+    ("aws_sts_session", '"SessionToken": "FwoGZXIvYXdzEBYaDPq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9Yy8Uu7Ii6Oo5Pp4Aa3Ss2Dd1Ff0Gg9Hh8Jj7Kk6Ll5"',
+     "FwoGZXIvYXdzEBYaDPq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9Yy8Uu7Ii6Oo5Pp4Aa3Ss2Dd1Ff0Gg9Hh8Jj7Kk6Ll5"),
+    ("github_ghp", f"remote uses ghp_{A36} today", f"ghp_{A36}"),
+    ("github_pat", f"github_pat_11AZQ7HZK0{A36[:12]}_{A36}{A36[:23]}", f"{A36}{A36[:23]}"),
+    ("github_gho", f"token gho_{A36[::-1]}", A36[::-1]),
+    ("gitlab_glpat", "glpat-Xq7Hk2LmN8pR4sT6vW1x", "Xq7Hk2LmN8pR4sT6vW1x"),
+    ("gitlab_glrt", "runner token glrt-Wq8Jk3MnB9pR5sT7vX2y", "Wq8Jk3MnB9pR5sT7vX2y"),
+    ("gitlab_gldt", "deploy token gldt-Vq9Hk4LpN1pR6sT8vZ3w", "Vq9Hk4LpN1pR6sT8vZ3w"),
+    ("slack_bot", "xoxb-2741839201-5938201746-Kq7Hz2LmN8pR4sT6vW1xY3zA", "Kq7Hz2LmN8pR4sT6vW1xY3zA"),
+    ("slack_app", "xapp-1-A04QZ7HK2LM-5938201746381-9f3a1c7e5b2d4f608e1a9c3b5d7f0e2a", "9f3a1c7e5b2d4f608e1a9c3b"),
+    ("slack_webhook", "curl -X POST https://hooks.slack.com/services/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",
+     "Kq7Hz2LmN8pR4sT6vW1xY3zA"),
+    ("discord_webhook", "https://discord.com/api/webhooks/1183920174659203846/Zk2Lm-N8pR4sT6vW1xY3zA5bC9dE0fG2hJq9",
+     "Zk2Lm-N8pR4sT6vW1xY3zA5bC9dE0fG2hJq9"),
+    ("openai_proj", f"OPENAI_API_KEY=sk-proj-{A36}T3BlbkFJ{A36[:20]}", f"{A36}T3BlbkFJ"),
+    ("openai_legacy", f"key sk-{A36}T3Bl", f"{A36}T3Bl"),
+    ("anthropic", f"export ANTHROPIC_API_KEY=sk-ant-api03-{A36}{A36[::-1]}-Xq7HkAA", f"{A36}{A36[::-1]}"),
+    ("anthropic_admin", f"sk-ant-admin01-{A36[::-1]}Qq", A36[::-1] + "Qq"),
+    ("stripe_live", "sk_live_51Hq7Zk2LmN8pR4sT6vW1xY3zA5bC9", "51Hq7Zk2LmN8pR4sT6vW1xY3zA5bC9"),
+    ("stripe_restricted", "rk_live_51Jq8Xk3MnB9pR5sT7vX2yZ4aB6cD", "51Jq8Xk3MnB9pR5sT7vX2yZ4aB6cD"),
+    ("stripe_webhook", "STRIPE_WEBHOOK=whsec_Pq7Hz2LmN8pR4sT6vW1xY3zA5bC9dE0f", "Pq7Hz2LmN8pR4sT6vW1xY3zA5bC9dE0f"),
+    ("jwt", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJxN2h6azJsbW44In0.Zq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn",
+     "Zq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn"),
+    ("rsa_pem", "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAq7Hk2LmN8pR4sT6vW1xY3zA5bC9\nQq8Jk3MnB9pR5sT7vX2y\n"
+     "-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEAq7Hk2LmN8pR4sT6vW1xY3zA5bC9"),
+    ("openssh_pem", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUxq7Hk2LmN8pR4\n"
+     "-----END OPENSSH PRIVATE KEY-----", "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUxq7Hk2LmN8pR4"),
+    ("pgp_private", "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGVq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2\n=Xq7H\n"
+     "-----END PGP PRIVATE KEY BLOCK-----", "lQOYBGVq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2"),
+    ("putty", "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: deploy\nPublic-Lines: 2\n"
+     "AAAAC3NzaC1lZDI1NTE5AAAAIq7Hk2LmN8pR4sT6\nvW1xY3zA5bC9dE0fG2hJ\nPrivate-Lines: 1\n"
+     "AAAAIPq8Jk3MnB9pR5sT7vX2yZ4aB6cD8eF0gH2jK4\nPrivate-MAC: 9f3a1c7e5b2d4f608e1a9c3b5d7f0e2a",
+     "AAAAIPq8Jk3MnB9pR5sT7vX2yZ4aB6cD8eF0gH2jK4"),
+    ("postgres_url", "DATABASE_URL=postgres://app:Pg7hZk2LmN8q@db.internal:5432/shop", "Pg7hZk2LmN8q"),
+    ("mongodb_url", "mongodb+srv://admin:Mg8jX3mNb9Q@cluster0.ab1cd.mongodb.net/prod", "Mg8jX3mNb9Q"),
+    ("redis_no_user", "REDIS_URL=redis://:Rd9kW4pLq2Zx@cache.internal:6379/0", "Rd9kW4pLq2Zx"),
+    ("url_password_slash", "git clone https://bob:Sl4sh/Pw9xQ2z@git.example.com/team/repo.git", "Sl4sh/Pw9xQ2z"),
+    ("url_password_at", "https://bob:Xy12ab@cZ1cel9Q@host.example.com/path", "Xy12ab@cZ1cel9Q"),
+    ("db_password", "DB_PASSWORD=Tr0ub4dor&3xQ", "Tr0ub4dor&3xQ"),
+    ("json_password_words", '{"user": "bob", "password": "correct horse battery Xq7"}', "horse battery Xq7"),
+    ("yaml_password", "database:\n  password: Yq7mL2pZ9xKw\n  host: db", "Yq7mL2pZ9xKw"),
+    ("passwd_colon", "passwd: Hq3nP8vLz2Qr", "Hq3nP8vLz2Qr"),
+    ("mailgun_key", "MAILGUN_KEY=key-3ax6xnjp29jd6fds4gc373sgvjxteol0", "3ax6xnjp29jd6fds4gc373sgvjxteol0"),
+    ("laravel_app_key", "APP_KEY=base64:Jq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn=", "Jq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0"),
+    ("encryption_key_hex", f"ENCRYPTION_KEY={HEX64}", HEX64),
+    ("azure_account_key", "DefaultEndpointsProtocol=https;AccountName=shop;AccountKey=Zq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9Yy8Uu7Ii6Oo5Pp4Aa==;EndpointSuffix=core.windows.net",
+     "Zq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9Yy8Uu7Ii6Oo5Pp4Aa"),
+    ("docker_auth", '{"auths": {"registry.example.com": {"auth": "Ym9iOlhxN0hrMkxtTjhwUjRzVDZ2VzE="}}}',
+     "Ym9iOlhxN0hrMkxtTjhwUjRzVDZ2VzE="),
+    ("basic_auth", "Authorization: Basic Ym9iOkJhNWljUHc5eFEyeg==", "Ym9iOkJhNWljUHc5eFEyeg=="),
+    ("bearer", "Authorization: Bearer Bq7Hk2LmN8pR4sT6vW1xY3zA5bC9", "Bq7Hk2LmN8pR4sT6vW1xY3zA5bC9"),
+    ("curl_user", "curl -u bob:Cu7rLpW9xQ2z https://api.example.com/v1/items", "Cu7rLpW9xQ2z"),
+    ("mysql_p", "mysql -h db -u root -pMy5qlPw9xQ2z shop < dump.sql", "My5qlPw9xQ2z"),
+    ("sshpass", "sshpass -p 'Ss7hPw9xQ2zK' ssh deploy@host", "Ss7hPw9xQ2zK"),
+    ("docker_login", "docker login -u bob -p Dk7rPw9xQ2zL registry.example.com", "Dk7rPw9xQ2zL"),
+    ("vault_login", "vault login hvs.CAESIq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJ", "CAESIq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJ"),
+    ("vault_token_env", "VAULT_TOKEN=hvs.Wq8Jk3MnB9pR5sT7vX2yZ4aB6cD8eF0g", "Wq8Jk3MnB9pR5sT7vX2yZ4aB6cD8eF0g"),
+    ("digitalocean", f"dop_v1_{HEX64}", HEX64),
+    ("huggingface", "HF hf_Zq7HkLmNpRsTvWxYzAbCdEfGhJqLkMnBv", "Zq7HkLmNpRsTvWxYzAbCdEfGhJqLkMnBv"),
+    ("telegram", "https://api.telegram.org/bot7123456789:AAHq7Zk2LmN8pR4sT6vW1xY3zA5bC9dE0fG/sendMessage",
+     "AAHq7Zk2LmN8pR4sT6vW1xY3zA5bC9dE0fG"),
+    ("pypi", "password = pypi-AgEIcHlwaS5vcmcCJGQ3Zk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5",
+     "AgEIcHlwaS5vcmcCJGQ3Zk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5"),
+    ("gcp_private_key_id", '{"type": "service_account", "private_key_id": "9f3a1c7e5b2d4f608e1a9c3b5d7f0e2a4c6b8d0f"}',
+     "9f3a1c7e5b2d4f608e1a9c3b5d7f0e2a4c6b8d0f"),
+    ("gcp_private_key", '{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0Bq7Hk2LmN8pR4\\n-----END PRIVATE KEY-----\\n"}',
+     "MIIEvQIBADANBgkqhkiG9w0Bq7Hk2LmN8pR4"),
+    ("twilio", "TWILIO_AUTH_TOKEN=9f3a1c7e5b2d4f608e1a9c3b5d7f0e2a", "9f3a1c7e5b2d4f608e1a9c3b5d7f0e2a"),
+    ("twilio_api_key", "SK9f3a1c7e5b2d4f608e1a9c3b5d7f0e2b", "SK9f3a1c7e5b2d4f608e1a9c3b5d7f0e2b"),
+    ("sendgrid", "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", "3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5"),
+    ("export_token", "export FOO_TOKEN=Ft7kLmN8pR4sT6vW1xY3zA", "Ft7kLmN8pR4sT6vW1xY3zA"),
+    ("npm", "//registry.npmjs.org/:_authToken=npm_Nq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2h", "Nq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2h"),
+    ("google_api", "AIzaSyBq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG", "AIzaSyBq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG"),
+    ("google_oauth_secret", "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", "Gq7Hk2LmN8pR4sT6vW1xY3zA5bC9"),
+    ("shopify", "X-Shopify-Access-Token: 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", "9f3a1c7e5b2d4f608e1a9c3b5d7f0e2c"),
+    ("api_key_header", 'curl -H "X-API-Key: Ak7Hk2LmN8pR4sT6vW1x" https://api.example.com', "Ak7Hk2LmN8pR4sT6vW1x"),
+    ("cli_flag_token", "deploy --token Tk7Hk2LmN8pR4sT6vW1xY3 --env prod", "Tk7Hk2LmN8pR4sT6vW1xY3"),
+    ("cli_flag_password", "pg_dump --password=Pd7uMpW9xQ2z shop", "Pd7uMpW9xQ2z"),
+    ("client_secret_yaml", "oauth:\n  client_secret: Cs7Hk2LmN8pR4sT6vW1xY3zA\n", "Cs7Hk2LmN8pR4sT6vW1xY3zA"),
+    ("netrc", "machine api.example.com login bob password Nr7cPw9xQ2zK", "Nr7cPw9xQ2zK"),
+    ("age_key", "AGE-SECRET-KEY-1QQ7HK2LMN8PR4ST6VW1XY3ZA5BC9DE0FG2HJQ9LK8MN7BV6CX5ZZ4WW3", "QQ7HK2LMN8PR4ST6VW1XY3ZA5BC9DE0FG2HJ"),
+    ("base64_token", "echo Z2hwX1F4N0hrMkxtTjhwUjRzVDZ2VzF4WTN6QTViQzlkRTBmRzJoSg== | base64 -d",
+     "Z2hwX1F4N0hrMkxtTjhwUjRzVDZ2VzF4WTN6QTViQzlkRTBm"),
+    ("key_next_line", "ANTHROPIC_API_KEY=sk-ant-api03-Lq7Hk2LmN8pR4sT6vW1xY3zA5bC9\nXq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9",
+     "Xq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9"),
+    ("mot_de_passe", "mot de passe : Mp7dPw9xQ2zK", "Mp7dPw9xQ2zK"),
+    ("odbc_pwd", "Driver={ODBC Driver 18};Server=db;Uid=sa;Pwd=Od7bcPw9xQ2z;Encrypt=yes", "Od7bcPw9xQ2z"),
+    ("cookie", 'curl -H "Cookie: sessionid=Ck7Hk2LmN8pR4sT6vW1xY3" https://app.example.com', "Ck7Hk2LmN8pR4sT6vW1xY3"),
+    ("kubeconfig_key", "users:\n- name: admin\n  user:\n    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVBcTdIazJMbU44cFI0c1Q2dlcxeFkzekE1YkM5",
+     "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVBcTdIazJMbU44cFI0c1Q2dlcxeFkzekE1YkM5"),
+]
+# Ordinary text, code and identifiers that must come out unchanged.
+ORDINARY = [
+    "commit 7c31fb9e2d4f608e1a9c3b5d7f0e2a4c6b8d0f1e\nAuthor: dev <dev@localhost>\n\n    Fix the login",
+    "request 123e4567-e89b-12d3-a456-426614174000 failed; retry with id 9b2f6a1e-1d3c-4b8e-9f7a-2c5d8e1b4a6f",
+    "/home/bob/.ssh/id_ed25519 and /usr/lib/python3.11/site-packages/numpy/core/_methods.py",
+    "x = tokens[i+1]\ntoken = self.tokenizer.encode_batch(texts)\nsecret = os.environ.get('APP_SECRET')",
+    "password = getpass.getpass()\napi_key: Optional[str] = None\nPWD=/home/bob/project OLDPWD=/tmp",
+    "def get_secret_key(self):\n    return self.config.SECRET_KEY\nmax_tokens=4096\nsort_key=lambda t: t[1]",
+    "The password field must be validated; first pass: compile everything; bypass: true",
+    "Use basic authentication over TLS; see https://example.com:8443/docs?page=2#auth",
+    "sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 matches",
+    "ssh -p 2222 deploy@host && mkdir -p build/out && curl -s https://example.com/api\nPWD=/tmp OLDPWD=/home/bob",
+    "the monkey=banana test and keyboard layout; authors: alice, bob",
+    "passwd = None\nself.passwd = password_mgr\nusername = password = None\npasswd = passwd or ''",
+    "registry_key = cls.REGISTRY_KEY_DEBUG\nkey = element.namespaceURI, element.localName\n_SIGNATURE = 0x08074b50",
+    "items.sort(key=pytree.Base.get_lineno)\nERRORTOKEN = token.ERRORTOKEN\nauth = base64.b64encode(raw)",
+    'authorization = self.headers.get("authorization")\nauthorization = authorization.split()',
+]
+
+
+def windows(core, n=8):
+    return {core[i:i + n] for i in range(len(core) - n + 1)}
+
+
+def leaks_in(text, corpus=CORPUS):
+    return [fam for fam, _, core in corpus if any(w in text for w in windows(core))]
+
+
+def test_corpus_is_large_and_distinct():
+    assert len(CORPUS) >= 63 and len({f for f, _, _ in CORPUS}) == len(CORPUS)
+    for fam, text, core in CORPUS:
+        assert core in text or fam == "json_password_words", fam
+
+
+@pytest.mark.parametrize("fam,text,core", CORPUS, ids=[c[0] for c in CORPUS])
+def test_each_family_is_redacted(fam, text, core):
+    out = ai.redact(text)
+    assert "[REDACTED" in out and not leaks_in(out, [(fam, text, core)]), out
+    assert ai.redact(out) == out  # idempotent: already-redacted text passes through unchanged
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_text_code_paths_shas_and_uuids_survive(text):
+    assert ai.redact(text) == text
+
+
+HOSTILE_UNITS = ["password=", "a.", "x://a:", "token: ", "-----BEGIN ", "ghp_", "Basic ", "mysql -u x ", "eyJ",
+                 "curl -u a", "AAAA", "key=" + "a" * 30 + " ", "@", "::::", "dp.", "1234567890:",
+                 "PuTTY-User-Key-File-1:", "[REDACTED:x]\n", "vault login -x ", "<password>", "--token "]
+
+
+def redact_cost(text, runs=3):
+    """Best CPU time of a few runs: CPU time, not wall time, so other processes do not count."""
+    best = float("inf")
+    for _ in range(runs):
+        vars(ai).get("_REDACTED", {}).clear()  # no memo: measure the scan
+        start = time.process_time()
+        ai.redact(text)
+        best = min(best, time.process_time() - start)
+    return best
+
+
+@pytest.mark.parametrize("unit", HOSTILE_UNITS)
+def test_redact_is_linear_on_hostile_runs(unit):
+    """A run built to make a backtracking pattern go quadratic: ten times longer must cost about
+    ten times more (a linear baseline in the same run), not a hundred times."""
+    small, big = redact_cost(unit * (10_000 // len(unit)), 5), redact_cost(unit * (100_000 // len(unit)))
+    assert big < 40 * small + 0.05, (small, big)
+
+
+def test_redact_of_a_hostile_megabyte_is_linear():
+    def hostile(size):
+        return "".join(unit * (size // len(HOSTILE_UNITS) // len(unit)) for unit in HOSTILE_UNITS)
+    small, big = redact_cost(hostile(100_000)), redact_cost(hostile(1_000_000), 2)
+    assert big < 30 * small + 0.1, (small, big)
+
+
+# ---- cuts: redaction comes first, so no cut leaves a piece of a secret ----
+
+TOKEN = f"ghp_{A36}"
+ENV_SECRET = f"AWS_SECRET_ACCESS_KEY={B40}"
+
+
+def place(total, at, secret, filler="lorem ipsum dolor sit amet "):
+    """`total` characters of prose with `secret` starting at `at`."""
+    prose = (filler * (total // len(filler) + 2))
+    return prose[:at] + " " + secret + " " + prose[at:total]
+
+
+def boundary_offsets(boundary, secret):
+    return range(max(0, boundary - len(secret) - 2), boundary + 3)
+
+
+def check_cutter(cut, boundaries, total):
+    for secret, core in ((TOKEN, A36), (ENV_SECRET, B40)):
+        for boundary in boundaries:
+            for at in boundary_offsets(boundary, secret):
+                out = cut(place(total, at, secret))
+                found = [w for w in windows(core) if w in out]
+                assert not found, (boundary, at, found[:3], out[max(0, boundary - 80):boundary + 80])
+
+
+def test_head_tail_cut_leaves_no_piece():
+    total = 4000
+    check_cutter(lambda t: ai.head_tail(t, 900, 600), [900, total + 2 - 600], total)
+
+
+def test_code_outline_cut_leaves_no_piece():
+    check_cutter(lambda t: ai.code_outline(t, 1200), [1200], 3000)
+
+
+def test_shorten_cut_leaves_no_piece():
+    check_cutter(lambda t: ai.shorten(t, 200), [199], 400)
+
+
+def test_capture_cut_leaves_no_piece():
+    check_cutter(lambda t: ai.clean_for_storage(t, limit=10 ** 6), [ai.MAX_CAPTURE_CHARS], ai.MAX_CAPTURE_CHARS + 200)
+    check_cutter(lambda t: ai.clean_for_storage(t), [ai.MAX_MESSAGE_CHARS - 1], ai.MAX_MESSAGE_CHARS + 200)
+
+
+def test_trim_strings_cut_leaves_no_piece():
+    check_cutter(lambda t: ai.trim_strings({"x": t}, limit=5000)["x"], [5000], 5200)
+    # A long payload string: the generous first cut still never leaves a piece.
+    check_cutter(lambda t: ai.trim_strings([t], limit=5000)[0], [5000], 5000 + ai.SECRET_SPAN + 500)
+
+
+def test_recall_query_cut_leaves_no_piece():
+    def query(text):
+        return ai.recall_query({"tool_name": "Read", "tool_input": {"file_path": ".ai/recall/" + text}}, "/p")
+    check_cutter(query, [300], 500)
+
+
+def test_clean_field_cut_leaves_no_piece():
+    check_cutter(lambda t: ai.clean_field(t, 100), [99], 300)
+
+
+def test_trim_strings_sanitises_keys_and_coerces_raw_fields():
+    out = ai.trim_strings({"tool_input": {"\ud800": 1, TOKEN: "x"}, "session_id": {"a": [1]}, "reason": 7,
+                           "trigger": None, "custom_instructions": "keep " + TOKEN + "\x00\x07"})
+    json.dumps(out, ensure_ascii=False).encode("utf-8")  # keys included: encodable
+    assert "?" in out["tool_input"] and not leaks_in(json.dumps(out))
+    assert out["session_id"] == '{"a": [1]}' and out["reason"] == "7" and out["trigger"] is None
+    assert out["custom_instructions"].startswith("keep [REDACTED") and "\x00" not in out["custom_instructions"]
+    assert ai.clean_field("r" * 5000) == "r" * (ai.FIELD_CHARS - 1) + "…"
+
+
+def test_log_fields_are_redacted(tmp_path):
+    log = ai.Log(str(tmp_path / "x.log"))
+    log.info(f"recall {TOKEN}", query=TOKEN, nested={"k": [ENV_SECRET]}, n=3)
+    text = (tmp_path / "x.log").read_text()
+    assert "[REDACTED" in text and not leaks_in(text, [("t", TOKEN, A36), ("e", ENV_SECRET, B40)])
+    assert json.loads(text)["n"] == 3
+
+
+# ---- every path, then a grep of the whole data dir ----
+
+
+def data_dir_leaks(data_dir):
+    """Families with an 8-character piece in any file or file name under the data dir."""
+    wanted = {}
+    for fam, _, core in CORPUS:
+        for w in windows(core):
+            wanted.setdefault(w, fam)
+    runs = set()
+    for root, dirs, files in os.walk(data_dir):
+        for name in dirs + files:
+            runs.add(name)
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.islink(path) or name.endswith((".sock", ".lock")):
+                continue
+            with open(path, "rb") as fh:
+                data = fh.read().decode("utf-8", "replace")
+            runs.update(re.findall(r"\S{8,}", data.replace("\\n", "\n")))
+    found = {}
+    for run in runs:
+        for i in range(len(run) - 7):
+            fam = wanted.get(run[i:i + 8])
+            if fam:
+                found.setdefault(fam, run[max(0, i - 20):i + 28])
+    return found
+
+
+def test_every_family_through_every_path_leaves_nothing(project, tmp_path):
+    store = ai.Store(ai.data_dir_of(str(project))).ensure()
+
+    def run(name, payload):
+        ai.answer(name, payload, store)
+
+    for i, (fam, text, core) in enumerate(CORPUS):
+        sid = f"session-{i}"
+        run("inject", {"session_id": sid, "prompt": f"the {fam} deploy fails with this setting: {text}"})
+        run("capture", {"session_id": sid, "tool_name": "Bash", "tool_input": {"command": "cat .env"},
+                        "tool_response": {"stdout": f"{fam} settings\n{text}\n", "stderr": ""}})
+        run("capture", {"session_id": sid, "tool_name": "Read", "tool_input": {"file_path": f"{project}/.env"},
+                        "tool_response": {"type": "text", "file": {"content": f"# {fam}\n{text}\n"}}})
+        run("capture", {"session_id": sid, "tool_name": "Write", "tool_input": {
+            "file_path": f"{project}/deploy_{i}.sh", "content": f"#!/bin/sh\n{text}\n"}})
+        run("capture", {"session_id": sid, "tool_name": "Edit", "tool_input": {
+            "file_path": f"{project}/app.py", "old_string": "x = 1", "new_string": f"config for {fam}\n{text}"}})
+        run("capture", {"session_id": sid, "tool_name": "WebFetch", "tool_input": {"url": "https://docs.example.com",
+                        "prompt": f"find {fam}"}, "tool_response": {"result": f"The page shows {text} for {fam}"}})
+        run("stop", {"session_id": text, "last_assistant_message": f"I set up {fam} with {text} as asked."})
+        # A path holds no line break: a key split across lines arrives glued, other texts spaced.
+        query = text.replace("\n", "" if fam == "key_next_line" else " ")
+        run("pretool", {"session_id": sid, "tool_name": "Read",
+                        "tool_input": {"file_path": f"{project}/.ai/recall/deploy {query}"}})
+        transcript = tmp_path / f"t{i}.jsonl"
+        transcript.write_text("\n".join(json.dumps({"type": role, "message": {"role": role, "content": f"We decided to use {text} for {fam}."}})
+                                        for role in ("user", "assistant")) + "\n")
+        run("precompact", {"session_id": text, "trigger": text, "custom_instructions": f"keep {text}",
+                           "transcript_path": str(transcript)})
+        run("end", {"session_id": text, "reason": text})
+    ai.Memory(store.dir).drain()
+    assert len(ai.digest(store)) > 10  # the captures were stored, not dropped
+    assert data_dir_leaks(store.dir) == {}
+
+
+def test_real_hook_processes_store_no_secret(project, tmp_path):
+    """The process entry: PreCompact and SessionEnd with the whole corpus in every raw field."""
+    everything = "\n".join(text for _, text, _ in CORPUS)
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text(json.dumps({"type": "user", "message": {"content": f"We decided: {everything}"}}) + "\n")
+    env = dict(os.environ, CLAUDE_PROJECT_DIR=str(project), AI_SMARTNESS_EMBEDDER="hash")
+    for name, payload in (("precompact", {"session_id": everything, "trigger": everything,
+                                          "custom_instructions": everything, "transcript_path": str(transcript)}),
+                          ("end", {"session_id": everything, "reason": everything})):
+        proc = subprocess.run([sys.executable, str(SCRIPT), "hook", name], input=json.dumps(payload).encode(),
+                              capture_output=True, env=env, timeout=60)
+        assert proc.returncode == 0 and proc.stdout == b"", proc.stderr
+    data = project / ".ai"
+    assert list((data / "db" / "synthesis").glob("*.json")) and (data / "heartbeat.json").exists()
+    assert data_dir_leaks(str(data)) == {}
