@@ -174,10 +174,6 @@ TOOL_INPUT_FIELDS = {
     "prompt": (str, None), "url": (str, 4096), "query": (str, 2000), "subagent_type": (str, 200),
     "edits": (list, None),
 }
-# Hook payload fields stored as they come (heartbeat, threads, synthesis), with the characters
-# kept of each: any JSON type is coerced to short clean text.
-RAW_FIELDS = {"session_id": FIELD_CHARS, "reason": FIELD_CHARS, "trigger": FIELD_CHARS,
-              "custom_instructions": INSTRUCTIONS_CHARS}
 # A payload string longer than its cut is redacted this far past the cut first (a secret left
 # cut at that end is shorter than half of it; key blocks are redacted up to the end anyway).
 SECRET_SPAN = 16384
@@ -5026,12 +5022,12 @@ def latest_synthesis(store):
     return store.latest_synthesis()
 
 
-def trim_strings(value, limit=60000, fields=RAW_FIELDS):
+def trim_strings(value, limit=60000):
     """Cut every long string of a payload: nothing downstream keeps more than `limit`. A string
     is redacted before its cut, so no cut leaves a piece of a secret (one short enough to keep
     whole is redacted where it is used). Keys are redacted and cleaned too; lone surrogates
-    (legal as JSON escapes) become '?': they cannot be written as UTF-8. Top-level raw
-    `fields` are coerced to short clean text (any JSON type comes in)."""
+    (legal as JSON escapes) become '?': they cannot be written as UTF-8. Field types are
+    clean_payload's business, and every raw field is cleaned where it is stored (clean_field)."""
     if isinstance(value, str):
         if len(value) > limit:
             # Redacting megabytes would eat the hook's budget: redact a generous head, and the
@@ -5040,10 +5036,9 @@ def trim_strings(value, limit=60000, fields=RAW_FIELDS):
             value = (head if len(head) >= limit + SECRET_SPAN // 2 else redact(value))[:limit]
         return value.encode("utf-8", "replace").decode("utf-8")
     if isinstance(value, dict):
-        return {trim_strings(redact(str(k)), limit, None): clean_field(v, fields[k]) if fields and k in fields
-                else trim_strings(v, limit, None) for k, v in value.items()}
+        return {trim_strings(redact(str(k)), limit): trim_strings(v, limit) for k, v in value.items()}
     if isinstance(value, list):
-        return [trim_strings(v, limit, None) for v in value[:500]]
+        return [trim_strings(v, limit) for v in value[:500]]
     return value
 
 
@@ -5085,7 +5080,7 @@ def _typed(doc, fields, log, where=""):
             log("hook payload field ignored", field=where + key, type=type(value).__name__)
             del doc[key]
             continue
-        doc[key] = value[:limit] if limit and isinstance(value, str) else value
+        doc[key] = cut_redacted(value, limit) if limit and isinstance(value, str) and len(value) > limit else value
 
 
 def clean_payload(payload, log=None):

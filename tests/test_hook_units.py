@@ -147,7 +147,7 @@ def test_a_write_whose_content_is_not_text_is_skipped_with_a_log_line(store):
 def test_fields_stored_as_they_come_are_typed_and_cut(store):
     ai.answer("end", {"session_id": 42, "reason": "r" * 20000}, store, None)
     hb = store.heartbeat()
-    assert hb["last_end_reason"] == "r" * 200
+    assert hb["last_end_reason"] == "r" * 199 + "…"
     ai.answer("stop", {"session_id": {"nested": 1}, "last_assistant_message": "The exporter streams rows now."},
               store, None)
     assert store.heartbeat()["last_session"] is None

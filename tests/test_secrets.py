@@ -251,13 +251,15 @@ def test_clean_field_cut_leaves_no_piece():
     check_cutter(lambda t: ai.clean_field(t, 100), [99], 300)
 
 
-def test_trim_strings_sanitises_keys_and_coerces_raw_fields():
-    out = ai.trim_strings({"tool_input": {"\ud800": 1, TOKEN: "x"}, "session_id": {"a": [1]}, "reason": 7,
-                           "trigger": None, "custom_instructions": "keep " + TOKEN + "\x00\x07"})
+def test_trim_strings_sanitises_keys_and_raw_fields_are_cleaned_where_stored():
+    out = ai.trim_strings({"tool_input": {"\ud800": 1, TOKEN: "x"}, "session_id": {"a": [1]}, "reason": 7})
     json.dumps(out, ensure_ascii=False).encode("utf-8")  # keys included: encodable
     assert "?" in out["tool_input"] and not leaks_in(json.dumps(out))
-    assert out["session_id"] == '{"a": [1]}' and out["reason"] == "7" and out["trigger"] is None
-    assert out["custom_instructions"].startswith("keep [REDACTED") and "\x00" not in out["custom_instructions"]
+    typed = ai.clean_payload(out)
+    assert "session_id" not in typed and typed["reason"] == "7"
+    kept = ai.clean_field("keep " + TOKEN + "\x00\x07", ai.INSTRUCTIONS_CHARS)
+    assert kept.startswith("keep [REDACTED") and "\x00" not in kept
+    assert ai.clean_field({"a": [1]}) == '{"a": [1]}' and ai.clean_field(None) is None
     assert ai.clean_field("r" * 5000) == "r" * (ai.FIELD_CHARS - 1) + "…"
 
 
