@@ -4255,7 +4255,7 @@ def build_parser():
     p.add_argument("--file", help="the file the text is about")
     p.add_argument("--at", metavar="TIME",
                    help="ISO time or epoch seconds of the content, 1970..9999 (imported history keeps "
-                        "its own time); --at=VALUE for a negative number")
+                        "its own time)")
     cmd("status", do_status, "one-screen summary")
     p = cmd("threads", do_threads, "list threads")
     p.add_argument("--status", default="active", choices=STATUSES + ("all",))
