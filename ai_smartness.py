@@ -232,11 +232,14 @@ def ts_of(record, key):
 
 def valid_ts(value):
     """The time as epoch seconds if it is a finite time in 1970..9999, else None (NaN fails
-    both comparisons)."""
-    try:
-        ts = parse_time(value)
-    except (AiError, TypeError, ValueError, OverflowError):
-        return None
+    both comparisons). Every message of every thread passes here at load: a known time text
+    costs one lookup."""
+    ts = _TIMES.get(value) if type(value) is str else None
+    if ts is None:
+        try:
+            ts = parse_time(value)
+        except (AiError, TypeError, ValueError, OverflowError):
+            return None
     return ts if 0.0 <= ts <= MAX_TS else None
 
 

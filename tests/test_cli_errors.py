@@ -345,3 +345,19 @@ def test_the_llm_switch_is_gone():
     assert "`llm" not in (ROOT / "README.md").read_text()
     result = ais.decide([], [], ais.DEFAULT_CONFIG)
     assert "llm_used" not in result and not math.isnan(result.get("score", 0.0))
+
+
+def test_the_daemon_starts_and_serves_over_a_malformed_thread_and_a_mistyped_config(project):
+    """F6 (b) and (c) for the daemon: every start used to die in its warm-up."""
+    ai = project / ".ai"
+    ais.Store(str(ai)).ensure()
+    (ai / "db" / "threads" / "t_good.json").write_text(json.dumps(good_thread()))
+    (ai / "db" / "threads" / "t_bad.json").write_text(json.dumps(BAD_THREADS["the-review-repro"]))
+    (ai / "config.json").write_text(json.dumps({"thresholds": [], "inject_budget": "abc"}))
+    proc = cli("daemon", "start", project=project)
+    assert proc.returncode == 0, proc.stderr
+    health = json.loads(cli("health", "--json", project=project).stdout)
+    assert health["daemon"]["running"] and health["daemon"]["served_by"] == "daemon"
+    assert health["threads"] == 1 and len(health["quarantined"]) == 1
+    ctx = json.loads(cli("context", "how are invoices imported", "--json", project=project).stdout)
+    assert ctx["served_by"] == "daemon"
