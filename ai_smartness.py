@@ -483,7 +483,7 @@ def read_json(path):
         raw = fh.read()
     try:
         return json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep to parse
         raise CorruptRecord(f"{os.path.basename(path)}: {exc}") from exc
 
 
@@ -4245,6 +4245,12 @@ def build_parser():
     json_flag = argparse.ArgumentParser(add_help=False)
     json_flag.add_argument("--json", action="store_true", help="machine-readable output")
 
+    def count(text):  # a limit or a budget: a negative one would silently show nothing
+        value = int(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be 1 or more: {text}")
+        return value
+
     def cmd(name, func, help_text, json_out=True):
         p = sub.add_parser(name, help=help_text, description=help_text,
                            parents=[json_flag] if json_out else [])
@@ -4262,7 +4268,7 @@ def build_parser():
     cmd("status", do_status, "one-screen summary")
     p = cmd("threads", do_threads, "list threads")
     p.add_argument("--status", default="active", choices=STATUSES + ("all",))
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=count, default=50)
     p = cmd("thread", do_thread, "show one thread")
     p.add_argument("id")
     p = cmd("bridges", do_bridges, "list bridges")
@@ -4270,12 +4276,12 @@ def build_parser():
     p.add_argument("--type", choices=BRIDGE_TYPES)
     p = cmd("search", do_search, "ranked messages for a query")
     p.add_argument("query")
-    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--limit", type=count, default=10)
     p = cmd("recall", do_recall, "the text Read(\".ai/recall/<query>\") returns")
     p.add_argument("query")
     p = cmd("context", do_context, "the memory `hook inject` adds to a prompt")
     p.add_argument("prompt")
-    p.add_argument("--budget", type=int, help="characters (default: inject_budget from config)")
+    p.add_argument("--budget", type=count, help="characters (default: inject_budget from config)")
     p = cmd("rules", do_rules, "user rules: list, add TEXT, remove N")
     p.add_argument("action", nargs="?", default="list", choices=("list", "add", "remove"))
     p.add_argument("value", nargs="?")

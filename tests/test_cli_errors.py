@@ -77,7 +77,10 @@ def test_a_bad_project_is_one_line_and_creates_nothing(tmp_path, project, make, 
     (["rules", "remove", "7"], 3, "not found: 7"),
     (["forget", "t_missing"], 3, "not found: t_missing"),
     (["thread", "t_missing"], 3, "not found: t_missing"),
-    (["threads", "--limit", "many"], 2, "invalid int value"),
+    (["threads", "--limit", "many"], 2, "invalid count value"),
+    (["threads", "--limit", "-1"], 2, "must be 1 or more"),
+    (["search", "invoices", "--limit", "0"], 2, "must be 1 or more"),
+    (["context", "invoices", "--budget", "-5"], 2, "must be 1 or more"),
     (["no-such-command"], 2, "invalid choice"),
 ])
 def test_bad_input_is_one_line_with_its_exit_code(project, argv, code, says):
@@ -187,6 +190,7 @@ BAD_THREADS = {
     "weight-not-a-number": dict(good_thread("t_bad"), weight="heavy"),
     "topics-not-a-list": dict(good_thread("t_bad"), topics="invoices"),
     "title-not-text": dict(good_thread("t_bad"), title=["x"]),
+    "nested-too-deep": "[" * 100000,
     "the-review-repro": {"schema": 1, "id": "t_bad", "status": "active", "messages": [{"no": 1}], "title": "x"},
 }
 
@@ -196,7 +200,8 @@ def test_a_malformed_thread_is_quarantined_and_commands_work(project, name, caps
     threads = project / ".ai" / "db" / "threads"
     ais.Store(str(project / ".ai")).ensure()
     (threads / "t_good.json").write_text(json.dumps(good_thread()))
-    (threads / "t_bad.json").write_text(json.dumps(BAD_THREADS[name]))
+    bad = BAD_THREADS[name]
+    (threads / "t_bad.json").write_text(bad if isinstance(bad, str) else json.dumps(bad))
     assert run_main(project, "status") == 0
     assert quarantined(project)[0].startswith("t_bad.json.")
     for argv in (["export"], ["threads", "--status", "all"], ["search", "invoices"], ["context", "invoices"]):
