@@ -753,7 +753,15 @@ class Store:
 
     def state(self):
         doc = self._doc(os.path.join("db", "state.json"), {})
-        return doc if isinstance(doc, dict) else {}
+        if not isinstance(doc, dict):
+            return {}
+        changes = doc.get("changes", [])
+        # A generation that is not a count would fail every bump and refresh: start over.
+        if type(doc.get("generation", 0)) is not int or not isinstance(changes, list) or not all(
+                isinstance(c, list) and len(c) == 2 and type(c[0]) is int for c in changes):
+            self.quarantine(os.path.join(self.db, "state.json"), "malformed generation state")
+            return {}
+        return doc
 
     def bump(self, changed_ids, full=False, hot=None):
         """Record a new generation (caller holds the db lock) so a running daemon can reload

@@ -366,3 +366,14 @@ def test_the_daemon_starts_and_serves_over_a_malformed_thread_and_a_mistyped_con
     assert health["threads"] == 1 and len(health["quarantined"]) == 1
     ctx = json.loads(cli("context", "how are invoices imported", "--json", project=project).stdout)
     assert ctx["served_by"] == "daemon"
+
+
+@pytest.mark.parametrize("state", [{"generation": "x"}, {"generation": 2, "changes": [["a", ["t1"]]]},
+                                   {"generation": 2, "changes": "abc"}])
+def test_a_malformed_generation_state_is_quarantined_and_commands_work(project, state):
+    ais.open_memory(project).capture(TEXT)
+    (project / ".ai" / "db" / "state.json").write_text(json.dumps(state))
+    for argv in (["capture", "another note about the invoices and their dates"], ["status"], ["context", "invoices"]):
+        assert run_main(project, *argv) == 0, argv
+    assert quarantined(project)[0].startswith("state.json.")
+    assert ais.Store(str(project / ".ai")).state()["generation"] >= 1
