@@ -4544,7 +4544,7 @@ def dropped_captures(store):
 
 def do_health(cli, args):
     stats, served = cli.served("stats", lambda: cli.mem().stats())
-    # Leftovers of killed writers: the store helper's Store.stale_temp_files() lists them.
+    # Temp files of killed writers (Store.stale_temp_files lists them, where the store has it).
     stale = getattr(cli.store, "stale_temp_files", None)
     stats = dict(stats, stale_temp_files=len(stale()) if stale else 0,
                  dropped_captures=dropped_captures(cli.store))
