@@ -543,7 +543,8 @@ def check_thread(rec):
         raise CorruptRecord(f"thread {rec['id']}: bad parent_id")
     for msg in rec["messages"]:
         if not (isinstance(msg, dict) and isinstance(msg.get("id"), str) and msg["id"]
-                and isinstance(msg.get("text"), str) and valid_ts(msg.get("ts")) is not None):
+                and isinstance(msg.get("text"), str) and valid_ts(msg.get("ts")) is not None
+                and isinstance(msg.get("session") or "", str) and isinstance(msg.get("file") or "", str)):
             raise CorruptRecord(f"thread {rec['id']}: bad message")
     return rec
 
