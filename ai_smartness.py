@@ -533,6 +533,8 @@ def check_thread(rec):
         value = rec.setdefault(key, kind())
         if not isinstance(value, kind):
             raise CorruptRecord(f"thread {rec['id']}: bad {key}")
+    if not all(isinstance(topic, str) for topic in rec["topics"]):
+        raise CorruptRecord(f"thread {rec['id']}: bad topics")
     for key in ("last_active", "created_at"):
         if rec.get(key) is not None and valid_ts(rec[key]) is None:
             raise CorruptRecord(f"thread {rec['id']}: bad {key}")

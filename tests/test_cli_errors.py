@@ -191,6 +191,7 @@ BAD_THREADS = {
     "last-active-garbage": dict(good_thread("t_bad"), last_active="soon"),
     "weight-not-a-number": dict(good_thread("t_bad"), weight="heavy"),
     "topics-not-a-list": dict(good_thread("t_bad"), topics="invoices"),
+    "topics-not-text": dict(good_thread("t_bad"), topics=["invoices", 7]),
     "title-not-text": dict(good_thread("t_bad"), title=["x"]),
     "nested-too-deep": "[" * 100000,
     "the-review-repro": {"schema": 1, "id": "t_bad", "status": "active", "messages": [{"no": 1}], "title": "x"},
