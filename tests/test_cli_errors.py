@@ -6,11 +6,12 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 import ai_smartness as ais
-from conftest import ROOT, SCRIPT, cli
+from conftest import ROOT, SCRIPT, cli, hook
 
 TEXT = "the invoices importer keeps the old tool's dates"
 
@@ -123,7 +124,7 @@ def test_daemon_start_on_a_read_only_data_dir_is_one_line(project):
     if probe.returncode != 0:
         pytest.skip(f"no private mount namespace here: {probe.stderr.decode().strip()}")
     script = (f"mount --bind '{ai}' '{ai}' && mount -o remount,bind,ro '{ai}' && "
-              f"exec '{os.sys.executable}' '{SCRIPT}' --project '{project}' daemon start")
+              f"exec '{sys.executable}' '{SCRIPT}' --project '{project}' daemon start")
     proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
     if "mount" in proc.stderr and proc.returncode == 32:
         pytest.skip(f"read-only bind mount refused: {proc.stderr.strip()}")
@@ -288,14 +289,16 @@ def test_a_config_that_is_not_an_object_falls_back_to_defaults(project):
 
 
 def test_the_hook_runs_with_a_mistyped_config(project):
-    from conftest import hook
     ai = project / ".ai"
     ais.Store(str(ai)).ensure()
     (ai / "config.json").write_text(json.dumps({"thresholds": [], "inject_budget": "abc", "hook_budget_ms": "x"}))
-    proc = hook("inject", {"session_id": "s", "prompt": "how are the invoices imported?"}, project,
-                env={"AI_SMARTNESS_INTERNAL": ""})
+    proc = hook("inject", {"session_id": "s", "prompt": "how are the invoices imported?"}, project)
     assert proc.returncode == 0 and b"Traceback" not in proc.stderr
     assert not log_records(project, "hook failed")
+    assert log_records(project, "config coerced")
+    mem = ais.open_memory(project)
+    mem.drain()
+    assert [m["text"] for t in mem.threads.values() for m in t["messages"]] == ["how are the invoices imported?"]
 
 
 # -- health --
