@@ -383,3 +383,17 @@ def test_a_malformed_generation_state_is_quarantined_and_commands_work(project, 
         assert run_main(project, *argv) == 0, argv
     assert quarantined(project)[0].startswith("state.json.")
     assert ais.Store(str(project / ".ai")).state()["generation"] >= 1
+
+
+@pytest.mark.parametrize("name, content, argv", [
+    ("config.json", {"thresholds": [], "inject_budget": "abc"}, ["context", "invoices"]),
+    ("db/threads/t_bad.json", BAD_THREADS["the-review-repro"], ["status"]),
+    ("db/threads/t_bad.json", BAD_THREADS["message-without-id"], ["export"]),
+])
+def test_the_review_reproductions_as_real_processes(project, name, content, argv):
+    """F8's cases that used to print a traceback now work, with nothing on stderr."""
+    ais.Store(str(project / ".ai")).ensure()
+    (project / ".ai" / "db" / "threads" / "t_good.json").write_text(json.dumps(good_thread()))
+    (project / ".ai" / name).write_text(json.dumps(content))
+    proc = cli(*argv, project=project)
+    assert proc.returncode == 0 and proc.stderr == "" and proc.stdout, proc.stderr
