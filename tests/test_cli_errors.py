@@ -2,7 +2,6 @@
 documented exit code (F8), and a bad `--at`, inbox entry, thread, bridge or config value is
 refused, quarantined or coerced with a log line while the command still works (F6)."""
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -86,7 +85,8 @@ def test_a_bad_project_is_one_line_and_creates_nothing(tmp_path, project, make, 
 ])
 def test_bad_input_is_one_line_with_its_exit_code(project, argv, code, says):
     assert says in one_line_error(cli(*argv, project=project), code)
-    assert not os.listdir(project / ".ai" / "inbox") if (project / ".ai").exists() else True
+    inbox = project / ".ai" / "inbox"
+    assert not inbox.exists() or os.listdir(inbox) == []  # nothing journaled
 
 
 def test_a_bad_at_is_refused_before_anything_is_journaled(project):
@@ -355,7 +355,7 @@ def test_the_llm_switch_is_gone():
     assert "llm" not in ais.DEFAULT_CONFIG
     assert "`llm" not in (ROOT / "README.md").read_text()
     result = ais.decide([], [], ais.DEFAULT_CONFIG)
-    assert "llm_used" not in result and not math.isnan(result.get("score", 0.0))
+    assert "llm_used" not in result
 
 
 def test_the_daemon_starts_and_serves_over_a_malformed_thread_and_a_mistyped_config(project):
