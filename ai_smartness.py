@@ -333,16 +333,6 @@ def tr(key, lang="en", **params):
         return text
 
 
-def deep_merge(base, extra):
-    out = dict(base)
-    for key, value in (extra or {}).items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 class Log:
     """Append-only log file; never raises (a hook must not fail because logging did)."""
 
