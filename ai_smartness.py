@@ -86,7 +86,6 @@ DEFAULT_CONFIG = {
     "guardcode": True,  # short working reminders in the injected context
     "daemon_idle_seconds": 1800,
     "hook_budget_ms": 1500,  # hard limit a hook spends waiting on the daemon
-    "llm": {"enabled": False, "max_calls": 0},  # no LLM call unless configured and capped
 }
 # Content larger than this is cut before anything else touches it.
 MAX_CAPTURE_CHARS = 20000
@@ -177,6 +176,21 @@ TOOL_INPUT_FIELDS = {
 # A payload string longer than its cut is redacted this far past the cut first (a secret left
 # cut at that end is shorter than half of it; key blocks are redacted up to the end anyway).
 SECRET_SPAN = 16384
+# -- cli and validation --
+# Latest storable time (9999-12-31T23:59:59Z): later, or before 1970, iso() cannot write it.
+MAX_TS = 253402300799.0
+EMBEDDER_NAMES = ("auto", "minilm", "hash", "fake")
+# Allowed range of each numeric config value (dotted key); a value outside is clamped and logged.
+CONFIG_RANGES = {
+    "thresholds.fork_min_messages": (1, MAX_THREAD_MESSAGES),
+    "half_life_days": (0.01, 36500.0), "suspend_after_days": (0.0, 36500.0),
+    "archive_after_days": (0.0, 36500.0), "bridge_half_life_days": (0.01, 36500.0),
+    "bridge_min_confidence": (0.0, 1.0), "bridge_max_depth": (0, 10), "bridge_cap": (1, 1000),
+    "inject_budget": (100, 100000), "briefing_budget": (0, 100000),
+    "daemon_idle_seconds": (1, 30 * 86400), "hook_budget_ms": (50, 60000),
+}
+# Any other number under "thresholds" is a similarity or a share.
+THRESHOLD_RANGE = (0.0, 1.0)
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -269,11 +283,27 @@ def _parse_time_text(value):
 
 
 def ts_of(record, key):
-    """Stored ISO field -> epoch seconds (0 when missing or unreadable)."""
+    """Stored ISO field -> epoch seconds, 0.0 when missing. A damaged one never reaches here:
+    check_thread and check_bridge quarantine (and log) a record with an unreadable or
+    out-of-range time at load, so 0.0 means "never", not "broken"."""
     try:
-        return parse_time(record.get(key))
-    except (AiError, TypeError):
+        value = parse_time(record.get(key))
+    except (AiError, TypeError, ValueError, OverflowError):
         return 0.0
+    return value if 0.0 <= value <= MAX_TS else 0.0
+
+
+def valid_ts(value):
+    """The time as epoch seconds if it is a finite time in 1970..9999, else None (NaN fails
+    both comparisons). Every message of every thread passes here at load: a known time text
+    costs one lookup."""
+    ts = _TIMES.get(value) if type(value) is str else None
+    if ts is None:
+        try:
+            ts = parse_time(value)
+        except (AiError, TypeError, ValueError, OverflowError):
+            return None
+    return ts if 0.0 <= ts <= MAX_TS else None
 
 
 def new_id(prefix, ts=None):
@@ -364,16 +394,6 @@ def tr(key, lang="en", **params):
         return text.format(**params)
     except (KeyError, IndexError, ValueError):
         return text
-
-
-def deep_merge(base, extra):
-    out = dict(base)
-    for key, value in (extra or {}).items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 class Log:
@@ -702,17 +722,54 @@ class FileLock:
             self.fd = -1
 
 
+def _is_number(value):
+    return type(value) in (int, float) and value == value and abs(value) != float("inf")
+
+
+# Optional thread fields: their type when present; a missing one starts empty.
+_THREAD_FIELDS = {"title": str, "summary": str, "topics": list, "topic_counts": dict,
+                  "drift_history": list, "child_ids": list}
+
+
 def check_thread(rec):
+    """A thread record whose every field the code reads has the right type, else CorruptRecord
+    (the caller quarantines it): a bad message found later would be a KeyError in a drain,
+    a render or the daemon's warm-up, every time."""
     if not (isinstance(rec, dict) and valid_id(rec.get("id")) and isinstance(rec.get("messages"), list)
             and rec.get("status") in STATUSES):
         raise CorruptRecord("not a thread record")
+    for key, kind in _THREAD_FIELDS.items():
+        value = rec.setdefault(key, kind())
+        if not isinstance(value, kind):
+            raise CorruptRecord(f"thread {rec['id']}: bad {key}")
+    if not all(isinstance(topic, str) for topic in rec["topics"]):
+        raise CorruptRecord(f"thread {rec['id']}: bad topics")
+    for key in ("last_active", "created_at"):
+        if rec.get(key) is not None and valid_ts(rec[key]) is None:
+            raise CorruptRecord(f"thread {rec['id']}: bad {key}")
+    for key in ("weight", "weight_at"):
+        if rec.get(key) is not None and not _is_number(rec[key]):
+            raise CorruptRecord(f"thread {rec['id']}: bad {key}")
+    if rec.get("parent_id") is not None and not valid_id(rec["parent_id"]):
+        raise CorruptRecord(f"thread {rec['id']}: bad parent_id")
+    for msg in rec["messages"]:
+        if not (isinstance(msg, dict) and isinstance(msg.get("id"), str) and msg["id"]
+                and isinstance(msg.get("text"), str) and valid_ts(msg.get("ts")) is not None
+                and isinstance(msg.get("session") or "", str) and isinstance(msg.get("file") or "", str)):
+            raise CorruptRecord(f"thread {rec['id']}: bad message")
     return rec
 
 
 def check_bridge(rec):
-    if not (isinstance(rec, dict) and valid_id(rec.get("id")) and rec.get("source_id")
-            and rec.get("target_id") and rec.get("relation_type") in BRIDGE_TYPES):
+    if not (isinstance(rec, dict) and valid_id(rec.get("id")) and isinstance(rec.get("source_id"), str)
+            and isinstance(rec.get("target_id"), str) and rec["source_id"] and rec["target_id"]
+            and rec.get("relation_type") in BRIDGE_TYPES and _is_number(rec.get("confidence"))):
         raise CorruptRecord("not a bridge record")
+    for key in ("created_at", "last_used"):
+        if rec.get(key) is not None and valid_ts(rec[key]) is None:
+            raise CorruptRecord(f"bridge {rec['id']}: bad {key}")
+    if type(rec.setdefault("propagation_depth", 0)) is not int:
+        raise CorruptRecord(f"bridge {rec['id']}: bad propagation_depth")
     return rec
 
 
@@ -723,6 +780,44 @@ def stat_is_private_dir(st):
     """A real folder (not a link) of ours, 0700."""
     import stat
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
+
+
+def coerce_config(defaults, values, log, prefix=""):
+    """`values` merged over `defaults`, recursively, each value of the default's type (an int
+    where a float is expected is fine, a bool is not a number) and within CONFIG_RANGES; a key
+    without a default is kept as it is (nothing reads it)."""
+    out = dict(values)
+    for key, default in defaults.items():
+        name = prefix + key
+        if key not in values:
+            out[key] = default
+            continue
+        value, fixed = values[key], None
+        if isinstance(default, dict):
+            fixed = coerce_config(default, value, log, name + ".") if isinstance(value, dict) else default
+            if fixed is default:
+                log.error("config coerced", key=name, value=value, used=default)
+            out[key] = fixed
+            continue
+        if isinstance(default, bool) or isinstance(default, str):
+            ok = type(value) is type(default)
+        else:
+            ok = _is_number(value) and (isinstance(default, float) or value == int(value))
+        if ok and name == "language":
+            ok = value in LANGUAGES
+        elif ok and name == "mode":
+            ok = value in MODE_LIMITS
+        elif ok and name == "embedder":
+            ok = value in EMBEDDER_NAMES
+        fixed = value if ok else default
+        if ok and _is_number(value):
+            low, high = CONFIG_RANGES.get(name, THRESHOLD_RANGE if prefix == "thresholds." else (None, None))
+            fixed = type(default)(value if low is None else min(high, max(low, value)))
+            ok = fixed == value
+        if not ok:
+            log.error("config coerced", key=name, value=value, used=fixed)
+        out[key] = fixed
+    return out
 
 
 class Store:
@@ -923,13 +1018,13 @@ class Store:
             return default
 
     def config(self):
+        """config.json over DEFAULT_CONFIG, each value coerced to its default's type and range
+        (one log line per coerced key): a mistyped value must not disable hooks or commands."""
         cfg = self._doc("config.json", {})
-        merged = deep_merge(DEFAULT_CONFIG, cfg if isinstance(cfg, dict) else {})
-        if merged.get("language") not in LANGUAGES:
-            merged["language"] = "en"
-        if merged.get("mode") not in MODE_LIMITS:
-            merged["mode"] = "normal"
-        return merged
+        if not isinstance(cfg, dict):
+            self.log.error("config coerced", key="(config.json)", reason="not an object")
+            cfg = {}
+        return coerce_config(DEFAULT_CONFIG, cfg, self.log)
 
     def rules(self):
         doc = self._doc("user_rules.json", {})
@@ -954,7 +1049,15 @@ class Store:
 
     def state(self):
         doc = self._doc(self.state_file, {})
-        return doc if isinstance(doc, dict) else {}
+        if not isinstance(doc, dict):
+            return {}
+        changes = doc.get("changes", [])
+        # A generation that is not a count would fail every bump and refresh: start over.
+        if type(doc.get("generation", 0)) is not int or not isinstance(changes, list) or not all(
+                isinstance(c, list) and len(c) == 2 and type(c[0]) is int for c in changes):
+            self.quarantine(self.state_file, "malformed generation state")
+            return {}
+        return doc
 
     def bump(self, changed_ids, full=False, hot=None):
         """Record a new generation (caller holds the db lock) so a running daemon can reload
@@ -1016,7 +1119,12 @@ class Store:
     def inbox_read(self, path):
         try:
             entry = read_json(path)
-            if not isinstance(entry, dict) or not isinstance(entry.get("text"), str):
+            # An entry every drain can apply, or it is quarantined here: a bad time or id
+            # would otherwise fail the drain again and again.
+            if not (isinstance(entry, dict) and isinstance(entry.get("text"), str) and valid_id(entry.get("id"))
+                    and type(entry.get("ts")) in (int, float) and valid_ts(entry["ts"]) is not None
+                    and isinstance(entry.get("source"), str) and entry.get("origin") in ORIGINS
+                    and all(isinstance(entry.get(k, ""), str) for k in ("file", "session"))):
                 raise CorruptRecord("not a capture entry")
             return entry
         except FileNotFoundError:
@@ -1900,7 +2008,7 @@ def decide(content_topics, candidates, cfg, sims=None):
     best_dormant = next((s for s in scored if s[2]["status"] != "active"), None)
     out = {"top": [{"thread_id": t["id"], "score": round(s, 4), "cosine": round(c, 4),
                     "status": t["status"]} for s, c, t in scored[:3]],
-           "llm_used": False, "borderline": False, "thread_id": None, "parent_id": None}
+           "borderline": False, "thread_id": None, "parent_id": None}
     active_score = best_active[0] if best_active else 0.0
     if best_dormant and best_dormant[0] >= th["reactivate"] and best_dormant[0] > active_score:
         return dict(out, action="REACTIVATE", thread_id=best_dormant[2]["id"], score=best_dormant[0])
@@ -2788,7 +2896,11 @@ def data_dir_of(project):
 def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=None, origin=None):
     """Clean, redact and size a capture; None when it is noise. Shared by the CLI, the hooks
     and the daemon so every path stores the same thing."""
-    ts = parse_time(at) if at else time.time()
+    ts = time.time()
+    if at:  # checked before anything is journaled: a bad time would poison every drain
+        ts = valid_ts(at)
+        if ts is None:
+            raise UsageError(f"--at must be a time between 1970 and 9999: {str(at)[:60]!r}")
     cleaned = clean_for_storage(text)
     if is_noise(cleaned, min_chars=8 if source == "prompt" else 3):
         return None
@@ -3504,7 +3616,7 @@ class MemoryWriter(MemoryIndex):
         decision.update(message_id=mid, capture_id=entry["id"], topics=ext["topics"])
         self._decision_log.append(("info", "decision", {
             "action": action, "thread": thread["id"], "score": round(decision["score"], 4),
-            "top": decision["top"], "borderline": decision["borderline"], "llm_used": False}))
+            "top": decision["top"], "borderline": decision["borderline"]}))
         return decision
 
     def _new_thread(self, ext, origin, now, parent=None):
@@ -5213,8 +5325,14 @@ def daemon_wait(store, found):
 
 
 def build_parser():
+    """Each command registered once: its arguments and, through set_defaults, its do_* function."""
     import argparse
-    parser = argparse.ArgumentParser(
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):  # one line, like every other CLI error (subcommands inherit it)
+            self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+    parser = Parser(
         prog="ai_smartness.py", description="Persistent memory for Claude Code.",
         epilog="Exit codes: 0 ok, 1 internal error, 2 usage error, 3 not found, 4 daemon unavailable.")
     parser.add_argument("--project", help="project root (default: $CLAUDE_PROJECT_DIR, the project "
@@ -5222,46 +5340,57 @@ def build_parser():
     parser.add_argument("--version", action="version", version=f"{APP} {VERSION}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    json_flag = argparse.ArgumentParser(add_help=False)
+    json_flag.add_argument("--json", action="store_true", help="machine-readable output")
 
-    def cmd(name, help_text, json_flag=True):
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        if json_flag:
-            p.add_argument("--json", action="store_true", help="machine-readable output")
+    def count(text):  # a limit or a budget: a negative one would silently show nothing
+        value = int(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be 1 or more: {text}")
+        return value
+
+    def cmd(name, func, help_text, json_out=True):
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           parents=[json_flag] if json_out else [])
+        p.set_defaults(func=func)
         return p
 
-    p = cmd("capture", "feed one text to the memory (the path the hooks use)")
+    p = cmd("capture", do_capture, "feed one text to the memory (the path the hooks use)")
     p.add_argument("text", help="the text, or - to read standard input")
     p.add_argument("--source", default="prompt",
                    help="prompt | assistant | file_read | file_write | command | task | fetch")
     p.add_argument("--file", help="the file the text is about")
-    p.add_argument("--at", help="ISO time of the content (imported history keeps its own time)")
-    cmd("status", "one-screen summary")
-    p = cmd("threads", "list threads")
+    p.add_argument("--at", metavar="TIME",
+                   help="ISO time or epoch seconds of the content, 1970..9999 (imported history keeps "
+                        "its own time)")
+    cmd("status", do_status, "one-screen summary")
+    p = cmd("threads", do_threads, "list threads")
     p.add_argument("--status", default="active", choices=STATUSES + ("all",))
-    p.add_argument("--limit", type=int, default=50)
-    p = cmd("thread", "show one thread")
+    p.add_argument("--limit", type=count, default=50)
+    p = cmd("thread", do_thread, "show one thread")
     p.add_argument("id")
-    p = cmd("bridges", "list bridges")
+    p = cmd("bridges", do_bridges, "list bridges")
     p.add_argument("--thread", help="only bridges touching this thread")
     p.add_argument("--type", choices=BRIDGE_TYPES)
-    p = cmd("search", "ranked messages for a query")
+    p = cmd("search", do_search, "ranked messages for a query")
     p.add_argument("query")
-    p.add_argument("--limit", type=int, default=10)
-    p = cmd("recall", "the text Read(\".ai/recall/<query>\") returns")
+    p.add_argument("--limit", type=count, default=10)
+    p = cmd("recall", do_recall, "the text Read(\".ai/recall/<query>\") returns")
     p.add_argument("query")
-    p = cmd("context", "the memory `hook inject` adds to a prompt")
+    p = cmd("context", do_context, "the memory `hook inject` adds to a prompt")
     p.add_argument("prompt")
-    p.add_argument("--budget", type=int, help="characters (default: inject_budget from config)")
-    p = cmd("rules", "user rules: list, add TEXT, remove N")
+    p.add_argument("--budget", type=count, help="characters (default: inject_budget from config)")
+    p = cmd("rules", do_rules, "user rules: list, add TEXT, remove N")
     p.add_argument("action", nargs="?", default="list", choices=("list", "add", "remove"))
     p.add_argument("value", nargs="?")
-    p = cmd("forget", "delete a thread and its bridges")
+    p = cmd("forget", do_forget, "delete a thread and its bridges")
     p.add_argument("id")
-    cmd("export", "all threads, bridges and rules as JSON on stdout", json_flag=False)
-    cmd("reindex", "recompute every vector with the current model (progress on stderr)")
-    cmd("health", "memory health metrics with warnings")
-    p = cmd("daemon", "the background process: start | stop | status | restart | run")
+    cmd("export", do_export, "all threads, bridges and rules as JSON on stdout", json_out=False)
+    cmd("reindex", do_reindex, "recompute every vector with the current model (progress on stderr)")
+    cmd("health", do_health, "memory health metrics with warnings")
+    p = cmd("daemon", do_daemon, "the background process: start | stop | status | restart | run")
     p.add_argument("action", choices=("start", "stop", "status", "restart", "run"))
+    # Never dispatched from here: main() hands `hook NAME` to run_hook before argparse.
     p = sub.add_parser("hook", help="Claude Code hook entry point (payload on stdin, always exits 0)")
     p.add_argument("name", help="start | inject | pretool | capture | stop | precompact | end")
     return parser
@@ -5281,6 +5410,8 @@ class Cli:
     def __init__(self, args):
         self.args = args
         self.project = find_project(args.project)
+        if not os.path.isdir(self.project):  # never create a mistyped project's whole tree
+            raise UsageError(f"not a directory: {self.project}")
         self.store = Store(data_dir_of(self.project)).ensure()
         self.lang = self.store.config()["language"]
         self._mem = None
@@ -5302,6 +5433,12 @@ class Cli:
     def _drain(self):
         if self.daemon("drain") is None:
             self._mem.drain()
+
+    def drained(self):
+        """Apply pending captures first, so a read sees what was just captured."""
+        if self.store.inbox_pending():
+            self.mem()
+        return self
 
     def served(self, cmd, fallback, **kw):
         reply = self.daemon(cmd, **kw)
@@ -5372,39 +5509,35 @@ def do_bridges(cli, args):
             and (not args.type or b["relation_type"] == args.type)]
     rows.sort(key=lambda b: -b["confidence"])
     titles = {tid: t["title"] for tid, t in mem.threads.items()}
-    text = "\n".join(f"{b['relation_type']:<11} {b['confidence']:.2f} d={b['propagation_depth']} "
+    text = "\n".join(f"{b['relation_type']:<11} {b['confidence']:.2f} d={b.get('propagation_depth', 0)} "
                      f"{titles.get(b['source_id'], b['source_id'])} -> {titles.get(b['target_id'], b['target_id'])}"
                      for b in rows) or tr("none", cli.lang)
     return emit(args, rows, text)
 
 
 def do_search(cli, args):
-    if cli.store.inbox_pending():
-        cli.mem()
-    hits, served = cli.served("search", lambda: cli.mem().search(args.query, args.limit),
-                              query=args.query, limit=args.limit)
+    hits, _ = cli.drained().served("search", lambda: cli.mem().search(args.query, args.limit),
+                                   query=args.query, limit=args.limit)
     text = "\n".join(f"{h['score']:.3f} [{h['timestamp'][:10]}] {h['title']} :: {shorten(h['text'], 120)}"
                      for h in hits) or tr("none", cli.lang)
     return emit(args, hits, text)
 
 
 def do_recall(cli, args):
-    if cli.store.inbox_pending():
-        cli.mem()
-    text, served = cli.served("recall", lambda: cli.mem().recall(args.query), query=args.query)
+    text, served = cli.drained().served("recall", lambda: cli.mem().recall(args.query), query=args.query)
     return emit(args, {"query": args.query, "text": text, "served_by": served}, text)
 
 
 def do_context(cli, args):
-    if cli.store.inbox_pending():
-        cli.mem()
-    ctx, served = cli.served("context", lambda: cli.mem().context(args.prompt, args.budget),
-                             prompt=args.prompt, budget=args.budget)
+    ctx, served = cli.drained().served("context", lambda: cli.mem().context(args.prompt, args.budget),
+                                       prompt=args.prompt, budget=args.budget)
     return emit(args, dict(ctx, served_by=served), ctx["text"])
 
 
 def do_rules(cli, args):
     store, lang = cli.store, cli.lang
+    if args.action == "remove" and not re.fullmatch(r"[0-9]+", args.value or ""):
+        raise UsageError(tr("rules_need_number", lang))
     if args.action == "add":
         if not args.value:
             raise UsageError(tr("rules_need_text", lang))
@@ -5426,7 +5559,10 @@ def do_rules(cli, args):
 
 
 def do_forget(cli, args):
-    thread = cli.mem().forget(args.id)
+    try:
+        thread = cli.mem().forget(args.id)
+    except NotFound:
+        raise NotFound(tr("not_found", cli.lang, what=args.id)) from None
     cli.daemon("stats")  # a running daemon reloads on its next request; this just nudges it
     return emit(args, {"forgotten": args.id}, tr("forgotten", cli.lang, title=thread["title"]))
 
@@ -5457,7 +5593,7 @@ def do_reindex(cli, args):
                 tr("reindex_done", cli.lang, n=count, model=mem.embedder.id))
 
 
-def health_report(stats, daemon, lang):
+def health_report(stats, lang):
     warnings = []
     if stats["threads"] and stats["embedding_coverage"] < 0.95:
         warnings.append(tr("warn_coverage", lang, pct=round(stats["embedding_coverage"] * 100)))
@@ -5467,6 +5603,10 @@ def health_report(stats, daemon, lang):
         warnings.append(tr("warn_quarantine", lang, n=len(stats["quarantined"])))
     if stats["threads"] >= 10 and stats["continuation_rate"] < 0.2:
         warnings.append(tr("warn_continuation", lang, pct=round(stats["continuation_rate"] * 100)))
+    if stats["stale_temp_files"]:
+        warnings.append(tr("warn_stale_temp", lang, n=stats["stale_temp_files"]))
+    if stats["dropped_captures"]:
+        warnings.append(tr("warn_dropped", lang, n=stats["dropped_captures"]))
     if stats["inbox_pending"] > 50:
         warnings.append(tr("warn_inbox", lang, n=stats["inbox_pending"]))
     if stats["embedding_model"] in (HashEmbedder.id, FakeEmbedder.id):
@@ -5474,14 +5614,35 @@ def health_report(stats, daemon, lang):
     return warnings
 
 
+def dropped_captures(store):
+    """Records of the current log whose msg is exactly "capture dropped" (a hook that could not
+    journal a capture says so there)."""
+    count = 0
+    try:
+        with open(store.log.path, "rb") as fh:
+            for line in fh:
+                if b'"capture dropped"' in line:
+                    try:
+                        count += json.loads(line).get("msg") == "capture dropped"
+                    except (ValueError, AttributeError):
+                        continue
+    except OSError:
+        pass
+    return count
+
+
 def do_health(cli, args):
     stats, served = cli.served("stats", lambda: cli.mem().stats())
+    # Temp files of killed writers (Store.stale_temp_files lists them, where the store has it).
+    stale = getattr(cli.store, "stale_temp_files", None)
+    stats = dict(stats, stale_temp_files=len(stale()) if stale else 0,
+                 dropped_captures=dropped_captures(cli.store))
     hb = cli.store.heartbeat()
     daemon = {"running": daemon_alive(cli.store), "served_by": served,
               "last_inject_served_by": hb.get("last_served_inject")}
     if daemon["running"]:
         daemon.update({k: v for k, v in request(cli.store, "status").items() if k != "ok"})
-    warnings = health_report(stats, daemon, cli.lang)
+    warnings = health_report(stats, cli.lang)
     data = dict(stats, daemon=daemon, warnings=warnings, heartbeat=hb)
     lines = [tr("health_threads", cli.lang, n=stats["threads"], **stats["by_status"]),
              tr("health_bridges", cli.lang, n=stats["bridges"]),
@@ -5489,6 +5650,8 @@ def do_health(cli, args):
              tr("health_embeddings", cli.lang, pct=round(stats["embedding_coverage"] * 100, 1),
                 model=stats["embedding_model"]),
              tr("health_quarantine", cli.lang, n=len(stats["quarantined"])),
+             tr("health_stale_temp", cli.lang, n=stats["stale_temp_files"]),
+             tr("health_dropped", cli.lang, n=stats["dropped_captures"]),
              tr("health_daemon", cli.lang, state=tr("yes" if daemon["running"] else "no", cli.lang), served=served)]
     lines += ["! " + w for w in warnings]
     return emit(args, data, "\n".join(lines))
@@ -5532,10 +5695,24 @@ def do_daemon(cli, args):
                 if alive else tr("daemon_absent", lang))
 
 
-COMMANDS = {"capture": do_capture, "status": do_status, "threads": do_threads, "thread": do_thread,
-            "bridges": do_bridges, "search": do_search, "recall": do_recall, "context": do_context,
-            "rules": do_rules, "forget": do_forget, "export": do_export, "reindex": do_reindex,
-            "health": do_health, "daemon": do_daemon}
+# What a command can meet from a damaged store, a bad value or the system (UnicodeError and
+# json's JSONDecodeError are ValueErrors): one line, exit 1. Anything else is a bug: one line
+# too, and its traceback goes to the log.
+CLI_ERRORS = (OSError, ValueError, OverflowError, RecursionError)
+
+
+def glue_option_values(argv):
+    """`--at -1e20`: argparse takes a value starting with '-' for an option unless it is a
+    plain negative integer or decimal. Glued as `--at=-1e20`, it reaches the range check."""
+    out = list(argv)
+    for i in range(len(out) - 1):
+        if out[i] == "--at" and out[i + 1].startswith("-") and out[i + 1] != "-":
+            try:
+                float(out[i + 1])
+            except ValueError:
+                continue
+            out[i:i + 2] = [f"--at={out[i + 1]}", None]
+    return [a for a in out if a is not None]
 
 
 def main(argv=None):
@@ -5547,14 +5724,37 @@ def main(argv=None):
         project, argv = argv[1], argv[2:]
     if len(argv) == 2 and argv[0] == "hook":
         return run_hook(argv[1], project)
-    args = build_parser().parse_args(([] if project is None else ["--project", project]) + argv)
+    args = build_parser().parse_args(([] if project is None else ["--project", project]) + glue_option_values(argv))
+    if args.command == "hook":
+        return run_hook(args.name, args.project)
+    cli = None
     try:
-        return COMMANDS[args.command](Cli(args), args) or 0
+        cli = Cli(args)
+        return args.func(cli, args) or 0
     except AiError as exc:
-        sys.stderr.write(f"{APP}: {exc}\n")
-        return exc.exit_code
+        return fail(exc, exc.exit_code)
     except BrokenPipeError:
         return 0
+    except CLI_ERRORS as exc:
+        return fail(exc, 1)
+    except Exception as exc:
+        if cli is not None:
+            import traceback
+            cli.store.log.error("command failed", command=args.command, error=traceback.format_exc())
+        return fail(exc, 1)
+
+
+def fail(exc, code):
+    """One line on stderr, never a traceback: the error's own words, after its type unless it
+    is one of ours."""
+    text = " ".join(str(exc).split())
+    if not isinstance(exc, AiError):
+        text = f"{type(exc).__name__}: {text}".rstrip(": ")
+    try:
+        sys.stderr.write(f"{APP}: {shorten(text, 300)}\n")
+    except OSError:
+        pass
+    return code
 
 
 # Run as a script or with -m, the module is also importable as `ai_smartness` (one module).
