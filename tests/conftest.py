@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from support import ROOT, SCRIPT, as_stdin, shared_path, stop_daemons
+from support import ROOT, SCRIPT, as_stdin, scratch_project, shared_path
 
 __all__ = ["ROOT", "SCRIPT", "cli", "cli_json", "hook", "fixtures_dir"]
 
@@ -30,11 +30,7 @@ def isolated_env(tmp_path, monkeypatch):
 
 @pytest.fixture
 def project(tmp_path):
-    path = tmp_path / "proj"
-    path.mkdir()
-    yield path
-    # A daemon a test started must not outlive it.
-    assert stop_daemons(path, under=tmp_path), "a daemon outlived its test"
+    yield from scratch_project(tmp_path, "proj")
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ when those change, this file changes, not the tests."""
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,6 +40,52 @@ def hook_events():
 def event_hooks():
     """{our hook name: Claude Code event}."""
     return {name: event for event, name in hook_events().items()}
+
+
+# The command settings.template.json installs, with the module taken from this checkout.
+INSTALLED = ["-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import ai_smartness; "
+             "ai_smartness.main(sys.argv[2:])", str(ROOT)]
+# Top-level keys Claude Code accepts from a command hook.
+TOP_KEYS = {"hookSpecificOutput", "continue", "stopReason", "suppressOutput", "systemMessage", "decision", "reason"}
+
+
+def installed_hook(name, payload, project, env=None, timeout=DEADLINE):
+    """Run a hook as Claude Code does: the installed command, payload on stdin, project in
+    CLAUDE_PROJECT_DIR. Returns the CompletedProcess (bytes)."""
+    full_env = dict(os.environ, CLAUDE_PROJECT_DIR=str(project), **(env or {}))
+    return subprocess.run([sys.executable, *INSTALLED, "hook", name], input=as_stdin(payload),
+                          capture_output=True, env=full_env, timeout=timeout)
+
+
+def check_contract(out, event):
+    """stdout is empty (None), or exactly one JSON object Claude Code accepts for `event` (returned)."""
+    if not out:
+        return None
+    assert out.startswith("{"), out[:200]
+    doc = json.loads(out)
+    assert isinstance(doc, dict) and set(doc) <= TOP_KEYS, doc
+    spec = doc.get("hookSpecificOutput")
+    if spec is not None:
+        assert spec.get("hookEventName") == event, (event, doc)
+        if "additionalContext" in spec:
+            assert isinstance(spec["additionalContext"], str) and len(spec["additionalContext"]) < 10000
+        if event == "PreToolUse":
+            assert spec.get("permissionDecision") in ("allow", "deny", "ask", None)
+    assert doc.get("decision") != "block" or event == "Stop"
+    return doc
+
+
+def log_records(project):
+    path = Path(project) / ".ai" / "logs" / "ai_smartness.log"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def failures(project):
+    """Logged hook failures. A hook over its time budget is late, not failed: the machine's
+    load decides that, and what it journaled is still checked by the tests."""
+    return [r for r in log_records(project) if r["msg"] == "hook failed"]
 
 
 # ---- missing prerequisites ----
@@ -98,6 +145,15 @@ def daemon_pids(under):
                 a == top or a.startswith(top + b"/") for a in argv):
             out.append(int(entry))
     return out
+
+
+def scratch_project(tmp_path, name):
+    """For a fixture to `yield from`: a new folder tmp_path/name; afterwards no daemon may be
+    left under tmp_path (one a hook of the test started included)."""
+    path = tmp_path / name
+    path.mkdir()
+    yield path
+    assert stop_daemons(path, under=tmp_path), "a daemon outlived its test"
 
 
 def stop_daemons(*projects, under=None, timeout=30.0):

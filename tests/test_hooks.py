@@ -7,37 +7,20 @@ import fcntl
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 import ai_smartness as ai
-from conftest import ROOT, cli, cli_json, fixtures_dir
+from conftest import cli, cli_json, fixtures_dir
+from support import (SESSION, check_contract, event_hooks, failures, hook_events, installed_hook, log_records,
+                     post_payload, prompt_payload, read_payload, stop_payload)
 
-# Claude Code event -> our hook name; other events go to `capture`, which must ignore them.
-HOOK_OF = {h.event: h.name for h in ai.HOOKS.values()}
-EVENT_OF = {v: k for k, v in HOOK_OF.items()}
-# The command settings.template.json installs, with the module taken from this checkout.
-INSTALLED = ["-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import ai_smartness; "
-             "ai_smartness.main(sys.argv[2:])", str(ROOT)]
-# Top-level keys Claude Code accepts from a command hook.
-TOP_KEYS = {"hookSpecificOutput", "continue", "stopReason", "suppressOutput", "systemMessage", "decision", "reason"}
-SESSION = "11111111-2222-3333-4444-555555555555"
+HOOK_OF = hook_events()  # Claude Code event -> our hook; other events go to `capture`, which ignores them
+EVENT_OF = event_hooks()
 ITEM_RE = re.compile(r"^\s+- \[\d{1,2} \w+ \d{4}\] ")  # every item dated
 HEADER_RE = re.compile(r"^# .+ \((just now|.+ ago)\)$")  # every thread group says how old it is
-
-
-@pytest.fixture
-def proj(project):
-    """A project whose daemon (started lazily by the hooks) retires soon and is stopped at the end."""
-    data = project / ".ai"
-    data.mkdir()
-    (data / "config.json").write_text(json.dumps({"daemon_idle_seconds": 30}))
-    yield project
-    stop_daemon(project)
 
 
 @pytest.fixture(params=["in-process", "daemon"])
@@ -64,16 +47,6 @@ def route(request, proj):
         os.close(fd)
 
 
-def stop_daemon(project):
-    # A hook may have spawned a daemon that has not written daemon.json yet: wait on the
-    # run lock (held for the daemon's whole life) rather than on the status file.
-    store = ai.Store(str(project / ".ai"))
-    deadline = time.monotonic() + 30
-    while ai.daemon_alive(store) and time.monotonic() < deadline:
-        ai.stop_daemon(store, timeout=2.0)
-    assert not ai.daemon_alive(store), "a daemon outlived its test"
-
-
 def set_config(project, **values):
     path = project / ".ai" / "config.json"
     cfg = json.loads(path.read_text()) if path.exists() else {}
@@ -81,85 +54,18 @@ def set_config(project, **values):
     path.write_text(json.dumps(cfg))
 
 
-def hook(name, payload, project, env=None, timeout=60):
-    """Run a hook as Claude Code does: the installed command, payload on stdin, project in
-    CLAUDE_PROJECT_DIR."""
-    data = payload if isinstance(payload, (str, bytes)) else json.dumps(payload)
-    if isinstance(data, str):
-        data = data.encode()
-    full_env = dict(os.environ, CLAUDE_PROJECT_DIR=str(project), **(env or {}))
-    return subprocess.run([sys.executable, *INSTALLED, "hook", name], input=data, capture_output=True,
-                          env=full_env, timeout=timeout)
-
-
 def run(name, payload, project, env=None):
     """Run one hook; return its stdout (str) after checking exit 0 and an empty stderr."""
-    proc = hook(name, payload, project, env=env)
+    proc = installed_hook(name, payload, project, env=env)
     assert proc.returncode == 0, proc.stderr
     assert not proc.stderr.strip(), proc.stderr.decode(errors="replace")
     return proc.stdout.decode("utf-8")
-
-
-def check_contract(out, event):
-    """stdout is empty, or exactly one JSON object whose hookSpecificOutput names `event`."""
-    if not out:
-        return None
-    assert out.startswith("{"), out[:200]
-    doc = json.loads(out)
-    assert isinstance(doc, dict) and set(doc) <= TOP_KEYS, doc
-    spec = doc.get("hookSpecificOutput")
-    if spec is not None:
-        assert spec.get("hookEventName") == event, (event, doc)
-        if "additionalContext" in spec:
-            assert isinstance(spec["additionalContext"], str) and len(spec["additionalContext"]) < 10000
-        if event == "PreToolUse":
-            assert spec.get("permissionDecision") in ("allow", "deny", "ask", None)
-    assert doc.get("decision") != "block" or event == "Stop"
-    return doc
 
 
 def context(out, event):
     doc = check_contract(out, event)
     assert doc is not None, f"{event}: no output"
     return doc["hookSpecificOutput"]["additionalContext"]
-
-
-def log_records(project):
-    path = project / ".ai" / "logs" / "ai_smartness.log"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def failures(project):
-    return [r for r in log_records(project) if r["msg"] in ("hook failed", "hook over its time budget; answered nothing")]
-
-
-def prompt(text, session=SESSION):
-    return {"session_id": session, "transcript_path": "/nonexistent/t.jsonl", "cwd": "/x",
-            "hook_event_name": "UserPromptSubmit", "prompt": text}
-
-
-def recall_read(path, session=SESSION, cwd=None):
-    """A Read of `path`; a relative recall path is the project's when `cwd` is the project."""
-    payload = {"session_id": session, "hook_event_name": "PreToolUse", "tool_name": "Read",
-               "tool_input": {"file_path": path}, "tool_use_id": "toolu_1"}
-    if cwd is not None:
-        payload["cwd"] = str(cwd)
-    return payload
-
-
-def post(tool, tool_input, tool_response, session=SESSION):
-    return {"session_id": session, "cwd": "/x", "hook_event_name": "PostToolUse", "tool_name": tool,
-            "tool_input": tool_input, "tool_response": tool_response, "tool_use_id": "toolu_2", "duration_ms": 5}
-
-
-def stop_payload(message=None, transcript=None, active=False):
-    payload = {"session_id": SESSION, "transcript_path": str(transcript or "/nonexistent/t.jsonl"), "cwd": "/x",
-               "hook_event_name": "Stop", "stop_hook_active": active}
-    if message is not None:
-        payload["last_assistant_message"] = message
-    return payload
 
 
 def messages(project):
@@ -253,7 +159,7 @@ def test_briefing_first_use_then_since_last_interaction(proj):
     assert "ai_smartness" in first and ".ai/recall/" in first
     assert len(first) <= 500
     assert "first use" in first.lower()
-    run("inject", prompt("switch the payment webhook to idempotency keys stored in redis"), proj)
+    run("inject", prompt_payload("switch the payment webhook to idempotency keys stored in redis"), proj)
     run("stop", stop_payload("Payment webhooks now dedupe on the idempotency key."), proj)
     messages(proj)
     later = context(run("start", {"session_id": "b", "hook_event_name": "SessionStart", "source": "resume"}, proj),
@@ -290,7 +196,7 @@ def test_briefing_after_compaction_restores_the_synthesis(proj, tmp_path):
 def test_prompts_are_captured_and_acknowledgements_are_not(proj):
     for text in ("Migrate the orders table to a partitioned postgres table by month", "ok", "merci", "gracias",
                  "thanks!"):
-        out = run("inject", prompt(text), proj)
+        out = run("inject", prompt_payload(text), proj)
         check_contract(out, "UserPromptSubmit")
     stored = messages(proj)
     assert "Migrate the orders table to a partitioned postgres table by month" in stored
@@ -298,30 +204,30 @@ def test_prompts_are_captured_and_acknowledgements_are_not(proj):
 
 
 def test_rule_lands_in_rules_and_in_later_context(proj):
-    run("inject", prompt("remember: always use type hints"), proj)
+    run("inject", prompt_payload("remember: always use type hints"), proj)
     assert "Always use type hints" in [r["text"] for r in cli_json("rules", project=proj)]
-    text = context(run("inject", prompt("write the parser for the invoice files"), proj), "UserPromptSubmit")
+    text = context(run("inject", prompt_payload("write the parser for the invoice files"), proj), "UserPromptSubmit")
     assert "Always use type hints" in text
 
 
 def test_rules_from_prompts_are_redacted(proj):
-    run("inject", prompt("remember: never print the key sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz012345"), proj)
+    run("inject", prompt_payload("remember: never print the key sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz012345"), proj)
     rules = [r["text"] for r in cli_json("rules", project=proj)]
     assert rules and all("AbCdEfGhIjKlMnOp" not in r for r in rules), rules
 
 
 def test_context_recalls_earlier_prompts_within_budget(proj, route):
     set_config(proj, inject_budget=900)
-    run("inject", prompt("remember: always use type hints"), proj)
+    run("inject", prompt_payload("remember: always use type hints"), proj)
     earlier = ["The billing service retries Stripe webhooks with exponential backoff capped at 10 minutes",
                "Billing webhooks must be idempotent: store the Stripe event id in the processed_events table"]
     for text in earlier:
-        run("inject", prompt(text), proj)
+        run("inject", prompt_payload(text), proj)
     for i in range(15):
-        run("inject", prompt(f"Billing note {i}: the stripe webhook handler logs event type and latency "
-                             f"for dashboard panel {i} " + "with extra detail " * 10), proj)
+        run("inject", prompt_payload(f"Billing note {i}: the stripe webhook handler logs event type and latency "
+                                     f"for dashboard panel {i} " + "with extra detail " * 10), proj)
     messages(proj)
-    text = context(run("inject", prompt("why do stripe billing webhooks get processed twice?"), proj),
+    text = context(run("inject", prompt_payload("why do stripe billing webhooks get processed twice?"), proj),
                    "UserPromptSubmit")
     assert heartbeat(proj)["last_served_inject"] == route
     assert len(text) <= 900
@@ -338,15 +244,15 @@ def test_context_recalls_earlier_prompts_within_budget(proj, route):
 def test_first_prompt_of_a_session_gets_a_suggestion(proj):
     for text in ("Set up alembic migrations for the inventory database schema",
                  "The inventory alembic migration adds a warehouse_id foreign key"):
-        run("inject", prompt(text, session="s1"), proj)
+        run("inject", prompt_payload(text, session="s1"), proj)
     messages(proj)
-    first = context(run("inject", prompt("check the alembic migration for inventory again", session="s2"), proj),
-                    "UserPromptSubmit")
+    first = context(run("inject", prompt_payload("check the alembic migration for inventory again", session="s2"),
+                        proj), "UserPromptSubmit")
     assert "Read .ai/recall/" in first and "Memory has earlier work" in first
-    second = context(run("inject", prompt("and the alembic migration downgrade?", session="s2"), proj),
+    second = context(run("inject", prompt_payload("and the alembic migration downgrade?", session="s2"), proj),
                      "UserPromptSubmit")
     assert "Memory has earlier work" not in second
-    unrelated = context(run("inject", prompt("draw a kangaroo in ascii art", session="s3"), proj),
+    unrelated = context(run("inject", prompt_payload("draw a kangaroo in ascii art", session="s3"), proj),
                         "UserPromptSubmit")
     assert "Memory has earlier work" not in unrelated
 
@@ -365,53 +271,55 @@ def recall_answer(out, proj):
 
 
 @pytest.fixture
-def filled(proj):
-    run("inject", prompt("Use a redis sorted set as the leaderboard store for the hockey game"), proj)
-    run("capture", post("Bash", {"command": "pytest tests/test_leaderboard.py"},
-                        {"stdout": "4 passed: leaderboard ranks ties by earliest score", "stderr": ""}), proj)
+def leaderboard(proj):
+    """A project that remembers a redis leaderboard, from a prompt and a test run."""
+    run("inject", prompt_payload("Use a redis sorted set as the leaderboard store for the hockey game"), proj)
+    run("capture", post_payload("Bash", {"command": "pytest tests/test_leaderboard.py"},
+                                {"stdout": "4 passed: leaderboard ranks ties by earliest score", "stderr": ""}), proj)
     messages(proj)
     return proj
 
 
-def test_recall_absolute_and_relative(route, filled):
-    for path in (f"{filled}/.ai/recall/leaderboard redis", ".ai/recall/leaderboard redis",
-                 f"{filled}/.ai/recall/leaderboard%20redis.md", ".ai\\recall\\leaderboard redis"):
-        text, _ = recall_answer(run("pretool", recall_read(path, cwd=filled), filled), filled)
+def test_recall_absolute_and_relative(route, leaderboard):
+    for path in (f"{leaderboard}/.ai/recall/leaderboard redis", ".ai/recall/leaderboard redis",
+                 f"{leaderboard}/.ai/recall/leaderboard%20redis.md", ".ai\\recall\\leaderboard redis"):
+        text, _ = recall_answer(run("pretool", read_payload(path, project=leaderboard), leaderboard), leaderboard)
         assert "sorted set" in text and "leaderboard" in text, (path, text)
-        assert [r for r in log_records(filled) if r["msg"] == "recall"][-1]["served"] == route
-    text, spec = recall_answer(run("pretool", dict(recall_read(".ai/recall/kangaroo ascii"),
+        assert [r for r in log_records(leaderboard) if r["msg"] == "recall"][-1]["served"] == route
+    text, spec = recall_answer(run("pretool", dict(read_payload(".ai/recall/kangaroo ascii", project=leaderboard),
                                                    tool_input={"file_path": ".ai/recall/kangaroo ascii",
-                                                               "offset": 1, "limit": 50}), filled), filled)
+                                                               "offset": 1, "limit": 50}), leaderboard), leaderboard)
     assert "ai_smartness" in text and spec["updatedInput"]["offset"] == 1 and spec["updatedInput"]["limit"] == 50
-    assert not failures(filled)
+    assert not failures(leaderboard)
 
 
-def test_recall_by_thread_id(route, filled):
-    thread = cli_json("threads", project=filled)[0]
-    text, _ = recall_answer(run("pretool", recall_read(f".ai/recall/{thread['id']}"), filled), filled)
+def test_recall_by_thread_id(route, leaderboard):
+    thread = cli_json("threads", project=leaderboard)[0]
+    out = run("pretool", read_payload(f".ai/recall/{thread['id']}", project=leaderboard), leaderboard)
+    text, _ = recall_answer(out, leaderboard)
     assert thread["id"] in text and thread["title"][:30] in text
 
 
-def test_other_tools_pass_untouched(filled):
-    assert run("pretool", recall_read(f"{filled}/src/app.py"), filled) == ""
-    assert run("pretool", recall_read(f"{filled}/.ai/config.json"), filled) == ""
+def test_other_tools_pass_untouched(leaderboard):
+    assert run("pretool", read_payload(f"{leaderboard}/src/app.py", project=leaderboard), leaderboard) == ""
+    assert run("pretool", read_payload(f"{leaderboard}/.ai/config.json", project=leaderboard), leaderboard) == ""
     for path in ("vendor/pkg/.ai/recall/leaderboard", "sub/.ai/recall/leaderboard"):  # other folders' files
-        assert run("pretool", recall_read(path, cwd=filled), filled) == ""
+        assert run("pretool", read_payload(path, project=leaderboard), leaderboard) == ""
     bash = {"session_id": SESSION, "hook_event_name": "PreToolUse", "tool_name": "Bash",
             "tool_input": {"command": "cat .ai/recall/leaderboard"}}
-    assert run("pretool", bash, filled) == ""
+    assert run("pretool", bash, leaderboard) == ""
     write = {"session_id": SESSION, "hook_event_name": "PreToolUse", "tool_name": "Write",
-             "tool_input": {"file_path": f"{filled}/.ai/recall/x", "content": "y"}}
-    assert run("pretool", write, filled) == ""
+             "tool_input": {"file_path": f"{leaderboard}/.ai/recall/x", "content": "y"}}
+    assert run("pretool", write, leaderboard) == ""
 
 
-def test_recall_paths_never_escape_the_data_dir(filled, tmp_path):
+def test_recall_paths_never_escape_the_data_dir(leaderboard, tmp_path):
     other = tmp_path / "other"
     (other / ".ai" / "recall").mkdir(parents=True)
     (tmp_path / "secret.txt").write_text("TOP-SECRET-CONTENT")
-    before = tree(tmp_path, filled / ".ai")
+    before = tree(tmp_path, leaderboard / ".ai")
     attempts = [
-        ".ai/recall/../../secret.txt", f"{filled}/.ai/recall/../../secret.txt", ".ai/recall/../../../etc/passwd",
+        ".ai/recall/../../secret.txt", f"{leaderboard}/.ai/recall/../../secret.txt", ".ai/recall/../../../etc/passwd",
         ".ai/recall/%2e%2e/%2e%2e/secret.txt", ".ai/recall/%2e%2e%2fsecret.txt", ".ai/recall/..%5c..%5csecret.txt",
         f".ai/recall/{tmp_path}/secret.txt", ".ai/recall/" + "a/" * 3000 + "leaderboard",
         ".ai/recall/" + "x" * 100000, ".ai/recall/leader\x00board", ".ai/recall/\x00/../../secret.txt",
@@ -419,16 +327,16 @@ def test_recall_paths_never_escape_the_data_dir(filled, tmp_path):
         ".ai/recall//", ".ai/recall/...", ".ai/recall/CON", ".ai/recall/" + "\u00e9" * 500,
     ]
     for path in attempts:
-        out = run("pretool", recall_read(path), filled)
+        out = run("pretool", read_payload(path, project=leaderboard), leaderboard)
         if out:
-            text, _ = recall_answer(out, filled)
+            text, _ = recall_answer(out, leaderboard)
             assert "TOP-SECRET" not in text and "root:x:0:0" not in text
     # Another project's recall path is not ours to answer.
-    assert run("pretool", recall_read(f"{other}/.ai/recall/leaderboard"), filled) == ""
-    assert tree(tmp_path, filled / ".ai") == before
+    assert run("pretool", read_payload(f"{other}/.ai/recall/leaderboard", project=leaderboard), leaderboard) == ""
+    assert tree(tmp_path, leaderboard / ".ai") == before
     assert not list(other.rglob("*.md"))
-    assert not failures(filled), failures(filled)
-    for name in os.listdir(filled / ".ai" / "cache" / "recall"):
+    assert not failures(leaderboard), failures(leaderboard)
+    for name in os.listdir(leaderboard / ".ai" / "cache" / "recall"):
         assert re.fullmatch(r"[a-z0-9-]{1,80}\.md", name), name
 
 # ---- PostToolUse ----
@@ -436,25 +344,25 @@ def test_recall_paths_never_escape_the_data_dir(filled, tmp_path):
 
 def test_tool_results_become_messages(proj):
     payloads = [
-        post("Read", {"file_path": f"{proj}/src/pool.py"},
-             {"type": "text", "file": {"filePath": f"{proj}/src/pool.py",
-                                       "content": "def make_pool():\n    return asyncpg.create_pool(min_size=2)\n",
-                                       "numLines": 3, "startLine": 1, "totalLines": 3}}),
-        post("Write", {"file_path": f"{proj}/docs/cache.md", "content": "# Cache\nThe cache uses LRU eviction.\n"},
-             {"type": "create", "filePath": f"{proj}/docs/cache.md", "content": "# Cache\nThe cache uses LRU eviction.\n",
-              "structuredPatch": [], "originalFile": None}),
-        post("Edit", {"file_path": f"{proj}/src/pool.py", "old_string": "min_size=2", "new_string": "min_size=4",
-                      "replace_all": False},
-             {"filePath": f"{proj}/src/pool.py", "oldString": "min_size=2", "newString": "min_size=4",
-              "originalFile": "...", "structuredPatch": []}),
-        post("Bash", {"command": "pytest -q tests/test_pool.py", "description": "pool tests"},
-             {"stdout": "5 passed in 0.31s (pool warmup ok)", "stderr": "", "interrupted": False, "isImage": False}),
-        post("Task", {"description": "Audit connection leaks", "prompt": "find leaked connections",
-                      "subagent_type": "general-purpose"},
-             {"status": "completed", "content": [{"type": "text", "text": "Found one leak in the report exporter."}]}),
-        post("WebFetch", {"url": "https://magicstack.github.io/asyncpg/", "prompt": "pool defaults?"},
-             {"bytes": 100, "code": 200, "codeText": "OK", "result": "The default max_size of a pool is 10.",
-              "url": "https://magicstack.github.io/asyncpg/"}),
+        post_payload("Read", {"file_path": f"{proj}/src/pool.py"},
+                     {"type": "text", "file": {"filePath": f"{proj}/src/pool.py",
+                                               "content": "def make_pool():\n    return asyncpg.create_pool(min_size=2)\n",
+                                               "numLines": 3, "startLine": 1, "totalLines": 3}}),
+        post_payload("Write", {"file_path": f"{proj}/docs/cache.md", "content": "# Cache\nThe cache uses LRU eviction.\n"},
+                     {"type": "create", "filePath": f"{proj}/docs/cache.md", "content": "# Cache\nThe cache uses LRU eviction.\n",
+                      "structuredPatch": [], "originalFile": None}),
+        post_payload("Edit", {"file_path": f"{proj}/src/pool.py", "old_string": "min_size=2", "new_string": "min_size=4",
+                              "replace_all": False},
+                     {"filePath": f"{proj}/src/pool.py", "oldString": "min_size=2", "newString": "min_size=4",
+                      "originalFile": "...", "structuredPatch": []}),
+        post_payload("Bash", {"command": "pytest -q tests/test_pool.py", "description": "pool tests"},
+                     {"stdout": "5 passed in 0.31s (pool warmup ok)", "stderr": "", "interrupted": False, "isImage": False}),
+        post_payload("Task", {"description": "Audit connection leaks", "prompt": "find leaked connections",
+                              "subagent_type": "general-purpose"},
+                     {"status": "completed", "content": [{"type": "text", "text": "Found one leak in the report exporter."}]}),
+        post_payload("WebFetch", {"url": "https://magicstack.github.io/asyncpg/", "prompt": "pool defaults?"},
+                     {"bytes": 100, "code": 200, "codeText": "OK", "result": "The default max_size of a pool is 10.",
+                      "url": "https://magicstack.github.io/asyncpg/"}),
     ]
     for payload in payloads:
         assert run("capture", payload, proj) == ""
@@ -466,21 +374,21 @@ def test_tool_results_become_messages(proj):
     assert not failures(proj)
 
 
-def test_reads_of_our_own_files_are_not_captured(filled):
-    out = run("pretool", recall_read(".ai/recall/leaderboard"), filled)
+def test_reads_of_our_own_files_are_not_captured(leaderboard):
+    out = run("pretool", read_payload(".ai/recall/leaderboard", project=leaderboard), leaderboard)
     answer = json.loads(out)["hookSpecificOutput"]["updatedInput"]["file_path"]
-    before = messages(filled)
-    for path in (answer, f"{filled}/.ai/config.json", f"{filled}/.ai/db/index.json"):
-        run("capture", post("Read", {"file_path": path}, {"type": "text", "file": {
-            "filePath": path, "content": "MARK-RECALLED-TEXT recalled notes", "numLines": 1}}), filled)
-    after = messages(filled)
+    before = messages(leaderboard)
+    for path in (answer, f"{leaderboard}/.ai/config.json", f"{leaderboard}/.ai/db/index.json"):
+        run("capture", post_payload("Read", {"file_path": path}, {"type": "text", "file": {
+            "filePath": path, "content": "MARK-RECALLED-TEXT recalled notes", "numLines": 1}}), leaderboard)
+    after = messages(leaderboard)
     assert len(after) == len(before)
     assert not any("MARK-RECALLED-TEXT" in m for m in after)
 
 
 def test_large_tool_output_is_captured_cut(proj):
     big = "line of build output\n" * 300000  # about 6 MB: under the hook's input cap
-    run("capture", post("Bash", {"command": "make all"}, {"stdout": big, "stderr": ""}), proj)
+    run("capture", post_payload("Bash", {"command": "make all"}, {"stdout": big, "stderr": ""}), proj)
     stored = [m for m in messages(proj) if m.startswith("$ make all")]
     assert stored and len(stored[0]) <= ai.MAX_MESSAGE_CHARS
     assert not failures(proj)
@@ -499,14 +407,14 @@ def test_secrets_in_tool_output_are_redacted_on_disk(proj):
                 f"DATABASE_URL=postgres://app:{SECRETS['url_password']}@db.internal:5432/shop\n"
                 f"-----BEGIN RSA PRIVATE KEY-----\n{SECRETS['private_key']}\nabcdef\n-----END RSA PRIVATE KEY-----\n"
                 "The deploy script reads these settings for the shop service.\n")
-    run("capture", post("Bash", {"command": "cat .env.production", "description": "show deploy settings"},
-                        {"stdout": env_file, "stderr": ""}), proj)
-    run("capture", post("Read", {"file_path": f"{proj}/.env.production"},
-                        {"type": "text", "file": {"filePath": f"{proj}/.env.production", "content": env_file}}), proj)
-    run("capture", post("Write", {"file_path": f"{proj}/deploy.sh",
-                                  "content": f"git clone https://deploy:{SECRETS['url_password']}@git.example/shop.git\n"
-                                             f"export TOKEN={SECRETS['github']}\n"}, {"type": "create"}), proj)
-    run("inject", prompt(f"the shop deploy fails, the key is {SECRETS['anthropic']}"), proj)
+    run("capture", post_payload("Bash", {"command": "cat .env.production", "description": "show deploy settings"},
+                                {"stdout": env_file, "stderr": ""}), proj)
+    run("capture", post_payload("Read", {"file_path": f"{proj}/.env.production"},
+                                {"type": "text", "file": {"filePath": f"{proj}/.env.production", "content": env_file}}), proj)
+    run("capture", post_payload("Write", {"file_path": f"{proj}/deploy.sh",
+                                          "content": f"git clone https://deploy:{SECRETS['url_password']}@git.example/shop.git\n"
+                                                     f"export TOKEN={SECRETS['github']}\n"}, {"type": "create"}), proj)
+    run("inject", prompt_payload(f"the shop deploy fails, the key is {SECRETS['anthropic']}"), proj)
     run("stop", stop_payload(f"I rotated the token {SECRETS['github']} for the shop deploy."), proj)
     stored = "\n".join(messages(proj))
     assert "shop" in stored and "[REDACTED" in stored
@@ -561,7 +469,7 @@ def test_stop_hook_active_never_blocks(proj):
 
 
 def test_precompact_writes_a_synthesis(proj, tmp_path):
-    run("inject", prompt("Plan the move of user sessions from redis to postgres"), proj)
+    run("inject", prompt_payload("Plan the move of user sessions from redis to postgres"), proj)
     messages(proj)
     transcript = write_transcript(tmp_path / "t.jsonl", [
         ("user", "Should sessions expire after 30 days or 90 days?"),
@@ -599,9 +507,9 @@ def test_internal_runs_capture_nothing(proj, tmp_path):
     transcript = write_transcript(tmp_path / "t.jsonl", [("assistant", "Summarised the extraction result.")])
     env = {"AI_SMARTNESS_INTERNAL": "1"}
     payloads = {"start": {"hook_event_name": "SessionStart", "source": "startup"},
-                "inject": prompt("Extract the topics of this text about kafka consumers"),
-                "pretool": recall_read(".ai/recall/kafka"),
-                "capture": post("Bash", {"command": "ls kafka"}, {"stdout": "consumer.py producer.py"}),
+                "inject": prompt_payload("Extract the topics of this text about kafka consumers"),
+                "pretool": read_payload(".ai/recall/kafka", project=proj),
+                "capture": post_payload("Bash", {"command": "ls kafka"}, {"stdout": "consumer.py producer.py"}),
                 "stop": stop_payload("Kafka consumers now commit offsets manually.", transcript),
                 "precompact": {"hook_event_name": "PreCompact", "transcript_path": str(transcript)},
                 "end": {"hook_event_name": "SessionEnd", "reason": "other"}}

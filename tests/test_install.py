@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from support import ROOT, hook_events, stop_daemons
+from support import ROOT, hook_events, scratch_project
 
 INSTALL = ROOT / "install.sh"
 MARKER = "# ai_smartness"
@@ -88,11 +88,7 @@ def home(tmp_path):
 @pytest.fixture
 def target(tmp_path):
     """The project to install into; its path needs quoting: a space and a single quote."""
-    path = tmp_path / "my proj's dir"
-    path.mkdir()
-    yield path
-    # Hooks run by a test may have started the installed daemon.
-    assert stop_daemons(path, under=tmp_path), "a daemon outlived its test"
+    yield from scratch_project(tmp_path, "my proj's dir")
 
 
 def write_settings(target, text):

@@ -15,59 +15,14 @@ import time
 import pytest
 
 import ai_smartness as ai
-from conftest import ROOT, cli
+from conftest import cli
+from support import DEADLINE, check_contract, event_hooks, failures, installed_hook
 
-INSTALLED = ["-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import ai_smartness; "
-             "ai_smartness.main(sys.argv[2:])", str(ROOT)]
-EVENT_OF = {h.name: h.event for h in ai.HOOKS.values()}
-TOP_KEYS = {"hookSpecificOutput", "continue", "stopReason", "suppressOutput", "systemMessage", "decision", "reason"}
-DEADLINE = 60.0
+EVENT_OF = event_hooks()
 
 
-def check_contract(out, event):
-    if not out:
-        return None
-    assert out.startswith("{"), out[:200]
-    doc = json.loads(out)
-    assert isinstance(doc, dict) and set(doc) <= TOP_KEYS, doc
-    spec = doc.get("hookSpecificOutput")
-    if spec is not None:
-        assert spec.get("hookEventName") == event, (event, doc)
-        if "additionalContext" in spec:
-            assert isinstance(spec["additionalContext"], str)
-    return doc
-
-
-def log_records(project):
-    path = project / ".ai" / "logs" / "ai_smartness.log"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def failures(project):
-    return [r for r in log_records(project) if r["msg"] == "hook failed"]
-
-
-def run_hook(name, payload, project, env=None):
-    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    full_env = dict(os.environ, CLAUDE_PROJECT_DIR=str(project), AI_SMARTNESS_EMBEDDER="hash", **(env or {}))
-    return subprocess.run([sys.executable, *INSTALLED, "hook", name], input=data, capture_output=True,
-                          env=full_env, timeout=DEADLINE)
-
-
-def stop_daemons(project):
-    store = ai.Store(ai.data_dir_of(str(project)))
-    deadline = time.monotonic() + DEADLINE
-    while ai.daemon_alive(store) and time.monotonic() < deadline:
-        ai.stop_daemon(store, timeout=2.0)
-    assert not ai.daemon_alive(store), "a daemon outlived its test"
-
-
-@pytest.fixture
-def proj(project):
-    yield project
-    stop_daemons(project)
+def run_hook(name, payload, project):
+    return installed_hook(name, payload, project, env={"AI_SMARTNESS_EMBEDDER": "hash"})
 
 
 # ---- generated payloads ----

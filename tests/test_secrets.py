@@ -7,114 +7,19 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 import ai_smartness as ai
 from conftest import SCRIPT
 
-A36 = "Q7hZk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJ"  # 36 mixed characters, reused to build shapes
-HEX64 = "3f9a1c7e5b2d4f608e1a9c3b5d7f0e2a4c6b8d0f1e3a5c7b9d1f3e5a7c9b1d3f"
+A36 = "Q7hZk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJ"  # 36 mixed characters: fake secret cores below
 B40 = "wJ4lrXUtnFEMIK7MDENGbPxRfiCYzq81Kd0aPq2v"
 
-# (family, text as it appears in a session, the secret's distinctive core)
-CORPUS = [
-    ("aws_key_id", "aws_access_key_id = AKIAZ7Q2LMN8PR4ST6VW", "AKIAZ7Q2LMN8PR4ST6VW"),
-    ("aws_secret_env", f"AWS_SECRET_ACCESS_KEY={B40}", B40),
-    ("aws_credentials", f"[default]\naws_access_key_id = ASIAQ7HZK2LMN8PR4ST6\naws_secret_access_key = {B40[::-1]}",
-     B40[::-1]),
-    ("aws_sts_secret", f'{{"Credentials": {{"SecretAccessKey": "Zq{B40[2:]}", "Expiration": "2026"}}}}', "Zq" + B40[2:]),
-    ("aws_sts_session", '"SessionToken": "FwoGZXIvYXdzEBYaDPq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9Yy8Uu7Ii6Oo5Pp4Aa3Ss2Dd1Ff0Gg9Hh8Jj7Kk6Ll5"',
-     "FwoGZXIvYXdzEBYaDPq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9Yy8Uu7Ii6Oo5Pp4Aa3Ss2Dd1Ff0Gg9Hh8Jj7Kk6Ll5"),
-    ("github_ghp", f"remote uses ghp_{A36} today", f"ghp_{A36}"),
-    ("github_pat", f"github_pat_11AZQ7HZK0{A36[:12]}_{A36}{A36[:23]}", f"{A36}{A36[:23]}"),
-    ("github_gho", f"token gho_{A36[::-1]}", A36[::-1]),
-    ("gitlab_glpat", "glpat-Xq7Hk2LmN8pR4sT6vW1x", "Xq7Hk2LmN8pR4sT6vW1x"),
-    ("gitlab_glrt", "runner token glrt-Wq8Jk3MnB9pR5sT7vX2y", "Wq8Jk3MnB9pR5sT7vX2y"),
-    ("gitlab_gldt", "deploy token gldt-Vq9Hk4LpN1pR6sT8vZ3w", "Vq9Hk4LpN1pR6sT8vZ3w"),
-    ("slack_bot", "xoxb-2741839201-5938201746-Kq7Hz2LmN8pR4sT6vW1xY3zA", "Kq7Hz2LmN8pR4sT6vW1xY3zA"),
-    ("slack_app", "xapp-1-A04QZ7HK2LM-5938201746381-9f3a1c7e5b2d4f608e1a9c3b5d7f0e2a", "9f3a1c7e5b2d4f608e1a9c3b"),
-    ("slack_webhook", "curl -X POST https://hooks.slack.com/services/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",
-     "Kq7Hz2LmN8pR4sT6vW1xY3zA"),
-    ("discord_webhook", "https://discord.com/api/webhooks/1183920174659203846/Zk2Lm-N8pR4sT6vW1xY3zA5bC9dE0fG2hJq9",
-     "Zk2Lm-N8pR4sT6vW1xY3zA5bC9dE0fG2hJq9"),
-    ("openai_proj", f"OPENAI_API_KEY=sk-proj-{A36}T3BlbkFJ{A36[:20]}", f"{A36}T3BlbkFJ"),
-    ("openai_legacy", f"key sk-{A36}T3Bl", f"{A36}T3Bl"),
-    ("anthropic", f"export ANTHROPIC_API_KEY=sk-ant-api03-{A36}{A36[::-1]}-Xq7HkAA", f"{A36}{A36[::-1]}"),
-    ("anthropic_admin", f"sk-ant-admin01-{A36[::-1]}Qq", A36[::-1] + "Qq"),
-    ("stripe_live", "sk_live_51Hq7Zk2LmN8pR4sT6vW1xY3zA5bC9", "51Hq7Zk2LmN8pR4sT6vW1xY3zA5bC9"),
-    ("stripe_restricted", "rk_live_51Jq8Xk3MnB9pR5sT7vX2yZ4aB6cD", "51Jq8Xk3MnB9pR5sT7vX2yZ4aB6cD"),
-    ("stripe_webhook", "STRIPE_WEBHOOK=whsec_Pq7Hz2LmN8pR4sT6vW1xY3zA5bC9dE0f", "Pq7Hz2LmN8pR4sT6vW1xY3zA5bC9dE0f"),
-    ("jwt", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJxN2h6azJsbW44In0.Zq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn",
-     "Zq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn"),
-    ("rsa_pem", "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAq7Hk2LmN8pR4sT6vW1xY3zA5bC9\nQq8Jk3MnB9pR5sT7vX2y\n"
-     "-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEAq7Hk2LmN8pR4sT6vW1xY3zA5bC9"),
-    ("openssh_pem", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUxq7Hk2LmN8pR4\n"
-     "-----END OPENSSH PRIVATE KEY-----", "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUxq7Hk2LmN8pR4"),
-    ("pgp_private", "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGVq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2\n=Xq7H\n"
-     "-----END PGP PRIVATE KEY BLOCK-----", "lQOYBGVq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2"),
-    ("putty", "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: deploy\nPublic-Lines: 2\n"
-     "AAAAC3NzaC1lZDI1NTE5AAAAIq7Hk2LmN8pR4sT6\nvW1xY3zA5bC9dE0fG2hJ\nPrivate-Lines: 1\n"
-     "AAAAIPq8Jk3MnB9pR5sT7vX2yZ4aB6cD8eF0gH2jK4\nPrivate-MAC: 9f3a1c7e5b2d4f608e1a9c3b5d7f0e2a",
-     "AAAAIPq8Jk3MnB9pR5sT7vX2yZ4aB6cD8eF0gH2jK4"),
-    ("postgres_url", "DATABASE_URL=postgres://app:Pg7hZk2LmN8q@db.internal:5432/shop", "Pg7hZk2LmN8q"),
-    ("mongodb_url", "mongodb+srv://admin:Mg8jX3mNb9Q@cluster0.ab1cd.mongodb.net/prod", "Mg8jX3mNb9Q"),
-    ("redis_no_user", "REDIS_URL=redis://:Rd9kW4pLq2Zx@cache.internal:6379/0", "Rd9kW4pLq2Zx"),
-    ("url_password_slash", "git clone https://bob:Sl4sh/Pw9xQ2z@git.example.com/team/repo.git", "Sl4sh/Pw9xQ2z"),
-    ("url_password_at", "https://bob:Xy12ab@cZ1cel9Q@host.example.com/path", "Xy12ab@cZ1cel9Q"),
-    ("db_password", "DB_PASSWORD=Tr0ub4dor&3xQ", "Tr0ub4dor&3xQ"),
-    ("json_password_words", '{"user": "bob", "password": "correct horse battery Xq7"}', "horse battery Xq7"),
-    ("yaml_password", "database:\n  password: Yq7mL2pZ9xKw\n  host: db", "Yq7mL2pZ9xKw"),
-    ("passwd_colon", "passwd: Hq3nP8vLz2Qr", "Hq3nP8vLz2Qr"),
-    ("mailgun_key", "MAILGUN_KEY=key-3ax6xnjp29jd6fds4gc373sgvjxteol0", "3ax6xnjp29jd6fds4gc373sgvjxteol0"),
-    ("laravel_app_key", "APP_KEY=base64:Jq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn=", "Jq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0"),
-    ("encryption_key_hex", f"ENCRYPTION_KEY={HEX64}", HEX64),
-    ("azure_account_key", "DefaultEndpointsProtocol=https;AccountName=shop;AccountKey=Zq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9Yy8Uu7Ii6Oo5Pp4Aa==;EndpointSuffix=core.windows.net",
-     "Zq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9Yy8Uu7Ii6Oo5Pp4Aa"),
-    ("docker_auth", '{"auths": {"registry.example.com": {"auth": "Ym9iOlhxN0hrMkxtTjhwUjRzVDZ2VzE="}}}',
-     "Ym9iOlhxN0hrMkxtTjhwUjRzVDZ2VzE="),
-    ("basic_auth", "Authorization: Basic Ym9iOkJhNWljUHc5eFEyeg==", "Ym9iOkJhNWljUHc5eFEyeg=="),
-    ("bearer", "Authorization: Bearer Bq7Hk2LmN8pR4sT6vW1xY3zA5bC9", "Bq7Hk2LmN8pR4sT6vW1xY3zA5bC9"),
-    ("curl_user", "curl -u bob:Cu7rLpW9xQ2z https://api.example.com/v1/items", "Cu7rLpW9xQ2z"),
-    ("mysql_p", "mysql -h db -u root -pMy5qlPw9xQ2z shop < dump.sql", "My5qlPw9xQ2z"),
-    ("sshpass", "sshpass -p 'Ss7hPw9xQ2zK' ssh deploy@host", "Ss7hPw9xQ2zK"),
-    ("docker_login", "docker login -u bob -p Dk7rPw9xQ2zL registry.example.com", "Dk7rPw9xQ2zL"),
-    ("vault_login", "vault login hvs.CAESIq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJ", "CAESIq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJ"),
-    ("vault_token_env", "VAULT_TOKEN=hvs.Wq8Jk3MnB9pR5sT7vX2yZ4aB6cD8eF0g", "Wq8Jk3MnB9pR5sT7vX2yZ4aB6cD8eF0g"),
-    ("digitalocean", f"dop_v1_{HEX64}", HEX64),
-    ("huggingface", "HF hf_Zq7HkLmNpRsTvWxYzAbCdEfGhJqLkMnBv", "Zq7HkLmNpRsTvWxYzAbCdEfGhJqLkMnBv"),
-    ("telegram", "https://api.telegram.org/bot7123456789:AAHq7Zk2LmN8pR4sT6vW1xY3zA5bC9dE0fG/sendMessage",
-     "AAHq7Zk2LmN8pR4sT6vW1xY3zA5bC9dE0fG"),
-    ("pypi", "password = pypi-AgEIcHlwaS5vcmcCJGQ3Zk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5",
-     "AgEIcHlwaS5vcmcCJGQ3Zk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5"),
-    ("gcp_private_key_id", '{"type": "service_account", "private_key_id": "9f3a1c7e5b2d4f608e1a9c3b5d7f0e2a4c6b8d0f"}',
-     "9f3a1c7e5b2d4f608e1a9c3b5d7f0e2a4c6b8d0f"),
-    ("gcp_private_key", '{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0Bq7Hk2LmN8pR4\\n-----END PRIVATE KEY-----\\n"}',
-     "MIIEvQIBADANBgkqhkiG9w0Bq7Hk2LmN8pR4"),
-    ("twilio", "TWILIO_AUTH_TOKEN=9f3a1c7e5b2d4f608e1a9c3b5d7f0e2a", "9f3a1c7e5b2d4f608e1a9c3b5d7f0e2a"),
-    ("twilio_api_key", "SK9f3a1c7e5b2d4f608e1a9c3b5d7f0e2b", "SK9f3a1c7e5b2d4f608e1a9c3b5d7f0e2b"),
-    ("sendgrid", "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", "3zA5bC9dE0fG2hJq9Lk8Mn7Bv6Cx5"),
-    ("export_token", "export FOO_TOKEN=Ft7kLmN8pR4sT6vW1xY3zA", "Ft7kLmN8pR4sT6vW1xY3zA"),
-    ("npm", "//registry.npmjs.org/:_authToken=npm_Nq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2h", "Nq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG2h"),
-    ("google_api", "AIzaSyBq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG", "AIzaSyBq7Hk2LmN8pR4sT6vW1xY3zA5bC9dE0fG"),
-    ("google_oauth_secret", "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", "Gq7Hk2LmN8pR4sT6vW1xY3zA5bC9"),
-    ("shopify", "X-Shopify-Access-Token: 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", "9f3a1c7e5b2d4f608e1a9c3b5d7f0e2c"),
-    ("api_key_header", 'curl -H "X-API-Key: Ak7Hk2LmN8pR4sT6vW1x" https://api.example.com', "Ak7Hk2LmN8pR4sT6vW1x"),
-    ("cli_flag_token", "deploy --token Tk7Hk2LmN8pR4sT6vW1xY3 --env prod", "Tk7Hk2LmN8pR4sT6vW1xY3"),
-    ("cli_flag_password", "pg_dump --password=Pd7uMpW9xQ2z shop", "Pd7uMpW9xQ2z"),
-    ("client_secret_yaml", "oauth:\n  client_secret: Cs7Hk2LmN8pR4sT6vW1xY3zA\n", "Cs7Hk2LmN8pR4sT6vW1xY3zA"),
-    ("netrc", "machine api.example.com login bob password Nr7cPw9xQ2zK", "Nr7cPw9xQ2zK"),
-    ("age_key", "AGE-SECRET-KEY-1QQ7HK2LMN8PR4ST6VW1XY3ZA5BC9DE0FG2HJQ9LK8MN7BV6CX5ZZ4WW3", "QQ7HK2LMN8PR4ST6VW1XY3ZA5BC9DE0FG2HJ"),
-    ("base64_token", "echo Z2hwX1F4N0hrMkxtTjhwUjRzVDZ2VzF4WTN6QTViQzlkRTBmRzJoSg== | base64 -d",
-     "Z2hwX1F4N0hrMkxtTjhwUjRzVDZ2VzF4WTN6QTViQzlkRTBm"),
-    ("key_next_line", "ANTHROPIC_API_KEY=sk-ant-api03-Lq7Hk2LmN8pR4sT6vW1xY3zA5bC9\nXq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9",
-     "Xq9Lk8Mn7Bv6Cx5Zz4Ww3Qq2Ee1Rr0Tt9"),
-    ("mot_de_passe", "mot de passe : Mp7dPw9xQ2zK", "Mp7dPw9xQ2zK"),
-    ("odbc_pwd", "Driver={ODBC Driver 18};Server=db;Uid=sa;Pwd=Od7bcPw9xQ2z;Encrypt=yes", "Od7bcPw9xQ2z"),
-    ("cookie", 'curl -H "Cookie: sessionid=Ck7Hk2LmN8pR4sT6vW1xY3" https://app.example.com', "Ck7Hk2LmN8pR4sT6vW1xY3"),
-    ("kubeconfig_key", "users:\n- name: admin\n  user:\n    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVBcTdIazJMbU44cFI0c1Q2dlcxeFkzekE1YkM5",
-     "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVBcTdIazJMbU44cFI0c1Q2dlcxeFkzekE1YkM5"),
-]
+# (family, text as it appears in a session, the secret's distinctive core), one row a line: a
+# data file, since a table of same-shape rows is data, not code.
+CORPUS = [tuple(row) for row in json.loads((Path(__file__).parent / "secret_corpus.json").read_text(encoding="utf-8"))]
 # Ordinary text, code and identifiers that must come out unchanged.
 ORDINARY = [
     "commit 7c31fb9e2d4f608e1a9c3b5d7f0e2a4c6b8d0f1e\nAuthor: dev <dev@localhost>\n\n    Fix the login",
