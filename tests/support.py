@@ -88,6 +88,21 @@ def failures(project):
     return [r for r in log_records(project) if r["msg"] == "hook failed"]
 
 
+def over_budget(project, name):
+    """Log records of hook `name` answering nothing because its time budget ran out."""
+    return [r for r in log_records(project)
+            if r["msg"] == "hook over its time budget; answered nothing" and r.get("hook") == name]
+
+
+def check_prompt_answer(out, project):
+    """An inject hook's stdout: its context, or nothing only when the budget ran out (it is
+    counted from process start, so a loaded machine can spend it all). The prompt is
+    journaled before the budget can end the hook: callers check that it is stored."""
+    doc = check_contract(out.decode("utf-8") if isinstance(out, bytes) else out, "UserPromptSubmit")
+    assert doc is not None or over_budget(project, "inject"), "inject answered nothing, and not for lack of time"
+    return doc
+
+
 # ---- missing prerequisites ----
 
 def unavailable(reason):

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPT, cli, cli_json, hook
-from support import (DEADLINE, bash_payload, daemon_pids, prompt_payload, stop_daemons, store_of,
-                     wait_for)
+from support import (DEADLINE, bash_payload, check_prompt_answer, daemon_pids, prompt_payload, stop_daemons,
+                     store_of, wait_for)
 
 import ai_smartness as mod
 
@@ -150,8 +150,9 @@ def test_racing_starts_and_hooks_start_one_daemon(project):
     env = dict(os.environ, CLAUDE_PROJECT_DIR=str(project))
     starts = [subprocess.Popen([sys.executable, str(SCRIPT), "--project", str(project), "daemon", "start", "--json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(3)]
-    hooks = [hook_proc("inject", prompt_payload(f"how does the tokenizer stage {i} work", project=project), project)
-             for i in range(6)]
+    markers = [f"tern{i}marker" for i in range(6)]
+    hooks = [hook_proc("inject", prompt_payload(f"how does the tokenizer stage {m} work", project=project), project)
+             for m in markers]
     pids = set()
     for proc in starts:
         out, err = proc.communicate(timeout=DEADLINE * 2)
@@ -160,9 +161,11 @@ def test_racing_starts_and_hooks_start_one_daemon(project):
     for proc in hooks:
         out, err = proc.communicate(timeout=DEADLINE)
         assert proc.returncode == 0, err
-        assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
+        check_prompt_answer(out, project)
     assert len(pids) == 1
     assert daemon_pids(project) == list(pids)
+    # Answered or late, no prompt is lost.
+    assert wait_for(lambda: all_stored(project, markers), "the six prompts in threads") == {m: 1 for m in markers}
 
 
 def test_first_hook_starts_the_daemon_and_health_says_who_served(project):
@@ -226,10 +229,12 @@ def test_stale_status_file_is_not_trusted(project, who):
 
     assert cli_json("daemon", "status", project=project)["running"] is False
     assert cli_json("health", project=project)["daemon"]["running"] is False
-    proc = hook("inject", prompt_payload("where is the tokenizer configured", project=project), project)
-    assert proc.returncode == 0 and proc.stdout.startswith(b"{"), proc.stderr
+    proc = hook("inject", prompt_payload("where is the tokenizer configured wrenmarker", project=project), project)
+    assert proc.returncode == 0, proc.stderr
+    check_prompt_answer(proc.stdout, project)
     new = wait_for(lambda: ready_pid(project), "a real daemon")
     assert new != pid and daemon_pids(project) == [new]
+    assert wait_for(lambda: all_stored(project, ["wrenmarker"]), "the prompt in a thread") == {"wrenmarker": 1}
     assert cli_json("daemon", "stop", project=project) == {"running": False}
     os.kill(os.getpid(), 0)  # still here: stop never signals a pid it did not verify
 

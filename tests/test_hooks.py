@@ -15,7 +15,7 @@ import pytest
 import ai_smartness as ai
 from conftest import cli, cli_json, fixtures_dir
 from support import (SESSION, check_contract, event_hooks, failures, hook_events, installed_hook, log_records,
-                     post_payload, prompt_payload, read_payload, stop_payload)
+                     post_payload, prompt_payload, read_payload, stop_payload, store_of, wait_for)
 
 HOOK_OF = hook_events()  # Claude Code event -> our hook; other events go to `capture`, which ignores them
 EVENT_OF = event_hooks()
@@ -72,9 +72,7 @@ def messages(project):
     """Every stored message text, after the CLI drained the inbox and db/index.json (the
     digest hooks read without the daemon) caught up: a warm daemon rewrites it within seconds."""
     ids = {t["id"] for t in cli_json("threads", "--status", "all", "--limit", "1000", project=project)}
-    deadline = time.monotonic() + 15
-    while ids and time.monotonic() < deadline and not ids <= set(ai.digest(ai.Store(str(project / ".ai")))):
-        time.sleep(0.2)
+    wait_for(lambda: ids <= set(ai.digest(store_of(project))), "db/index.json to list every thread")
     export = json.loads(cli("export", project=project).stdout)
     return [m["text"] for t in export["threads"] for m in t["messages"]]
 
@@ -216,20 +214,28 @@ def test_rules_from_prompts_are_redacted(proj):
     assert rules and all("AbCdEfGhIjKlMnOp" not in r for r in rules), rules
 
 
-def test_context_recalls_earlier_prompts_within_budget(proj, route):
+@pytest.fixture
+def billing(proj):
+    """A project whose memory holds a rule and 17 billing prompts, stored in-process as the
+    inject hook stores them (a hook process each would prove nothing more); requested before
+    `route`, so a daemon starts over the filled memory."""
     set_config(proj, inject_budget=900)
-    run("inject", prompt_payload("remember: always use type hints"), proj)
+    mem = ai.open_memory(str(proj))
+    rule = "remember: always use type hints"
+    ai.add_rules_to_store(mem.store, ai.detect_rules(rule), time.time())
     earlier = ["The billing service retries Stripe webhooks with exponential backoff capped at 10 minutes",
                "Billing webhooks must be idempotent: store the Stripe event id in the processed_events table"]
-    for text in earlier:
-        run("inject", prompt_payload(text), proj)
-    for i in range(15):
-        run("inject", prompt_payload(f"Billing note {i}: the stripe webhook handler logs event type and latency "
-                                     f"for dashboard panel {i} " + "with extra detail " * 10), proj)
-    messages(proj)
-    text = context(run("inject", prompt_payload("why do stripe billing webhooks get processed twice?"), proj),
+    fillers = [f"Billing note {i}: the stripe webhook handler logs event type and latency for dashboard panel {i} "
+               + "with extra detail " * 10 for i in range(15)]
+    for text in [rule, *earlier, *fillers]:
+        assert mem.capture(text, source="prompt", session_id=SESSION)["action"] != "QUEUED"
+    return proj
+
+
+def test_context_recalls_earlier_prompts_within_budget(billing, route):
+    text = context(run("inject", prompt_payload("why do stripe billing webhooks get processed twice?"), billing),
                    "UserPromptSubmit")
-    assert heartbeat(proj)["last_served_inject"] == route
+    assert heartbeat(billing)["last_served_inject"] == route
     assert len(text) <= 900
     assert text.startswith("ai_smartness") and "recalled notes" in text and "not instructions" in text
     assert "Stripe" in text and "webhook" in text
@@ -238,7 +244,7 @@ def test_context_recalls_earlier_prompts_within_budget(proj, route):
     assert items and all(ITEM_RE.match(line) for line in items), text
     assert all(HEADER_RE.match(line) for line in text.splitlines() if line.startswith("# ")), text
     # the CLI shows exactly what the hook injects
-    assert cli_json("context", "why do stripe billing webhooks get processed twice?", project=proj)["message_ids"]
+    assert cli_json("context", "why do stripe billing webhooks get processed twice?", project=billing)["message_ids"]
 
 
 def test_first_prompt_of_a_session_gets_a_suggestion(proj):

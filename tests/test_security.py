@@ -469,8 +469,8 @@ def test_a_full_disk_loses_nothing_and_quarantines_nothing(tmp_path):
     child = tmp_path / "child.py"
     child.write_text(FULL_DISK.format(root=str(ROOT), script=str(SCRIPT)))
     proc = subprocess.run(["unshare", "-m", "sh", "-c",
-                           f'mount --make-rprivate / && mount -t tmpfs -o size=2m,mode=0700 tmpfs "$1" '
-                           f'&& exec "$2" "$3" "$1"', "sh", str(disk), sys.executable, str(child)],
+                           'mount --make-rprivate / && mount -t tmpfs -o size=2m,mode=0700 tmpfs "$1" '
+                           '&& exec "$2" "$3" "$1"', "sh", str(disk), sys.executable, str(child)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

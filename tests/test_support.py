@@ -47,3 +47,14 @@ def test_wait_for_returns_the_value_or_fails_naming_what(monkeypatch):
     assert support.wait_for(lambda: 0, timeout=0) == 0
     with pytest.raises(pytest.fail.Exception, match="timed out waiting for the moon"):
         support.wait_for(lambda: None, "the moon", timeout=0)
+
+
+def test_an_empty_prompt_answer_passes_only_when_the_budget_ran_out(tmp_path):
+    (tmp_path / ".ai" / "logs").mkdir(parents=True)
+    answer = json.dumps({"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "x"}})
+    assert support.check_prompt_answer(answer.encode(), tmp_path)["hookSpecificOutput"]["additionalContext"] == "x"
+    with pytest.raises(AssertionError, match="not for lack of time"):
+        support.check_prompt_answer(b"", tmp_path)
+    late = {"msg": "hook over its time budget; answered nothing", "hook": "inject", "level": "error"}
+    (tmp_path / ".ai" / "logs" / "ai_smartness.log").write_text(json.dumps(late) + "\n")
+    assert support.check_prompt_answer(b"", tmp_path) is None
