@@ -184,6 +184,9 @@ def stop_daemons(*projects, under=None, timeout=30.0):
         # is held from the spawn on, so wait on the lock rather than on the status file.
         deadline = time.monotonic() + timeout
         while mod.daemon_alive(store) and time.monotonic() < deadline:
+            # One that has not bound its socket yet cannot hear "stop": it writes daemon.json
+            # once bound, so wait for that rather than for stop_daemon's fallback SIGTERM.
+            wait_for(lambda: mod.daemon_info(store).get("pid") or not mod.daemon_alive(store), timeout=5)
             mod.stop_daemon(store, timeout=2.0)
     for pid in daemon_pids(under) if under is not None else []:
         try:
