@@ -112,14 +112,20 @@ def real_payloads():
 
 
 def test_every_real_payload_is_accepted(proj):
+    """The first payload of each event through the installed command, the others in-process
+    through the same parse and answer (a process each would prove nothing more)."""
     payloads = real_payloads()
     assert len(payloads) > 50
+    store = store_of(proj).ensure()
     events = set()
     for origin, payload in payloads:
         event = payload.get("hook_event_name")
-        events.add(event)
         name = HOOK_OF.get(event, "capture")
-        out = run(name, payload, proj)
+        if event in events:
+            out = ai.answer(name, ai.parse_payload(json.dumps(payload).encode()), store) or ""
+        else:
+            out = run(name, payload, proj)
+        events.add(event)
         if event in HOOK_OF:
             check_contract(out, event)
         else:
