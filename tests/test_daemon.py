@@ -201,11 +201,13 @@ def test_kill9_then_next_hook_recovers_and_keeps_the_capture(project):
 def test_kill9_then_prompt_hook_answers_and_restarts(project):
     old = start(project)["pid"]
     kill9(old, project)
-    proc = hook("inject", prompt_payload("what did we decide about the tokenizer cache", project=project), project)
+    proc = hook("inject", prompt_payload("what did we decide about the tokenizer cache ibismarker", project=project),
+                project)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
+    check_prompt_answer(proc.stdout, project)
     new = wait_for(lambda: ready_pid(project), "a new daemon")
     assert new != old
+    assert wait_for(lambda: all_stored(project, ["ibismarker"]), "the prompt in a thread") == {"ibismarker": 1}
 
 
 @pytest.mark.parametrize("who", ["test-process", "dead-process"])
