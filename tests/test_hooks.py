@@ -32,7 +32,7 @@ def route(request, proj):
         return
     # Holding the daemon's run lock makes every hook answer in-process: none can start.
     store = ai.Store(str(proj / ".ai"))
-    fd = os.open(store.path("daemon.run.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(store.run_lock_file, os.O_RDWR | os.O_CREAT, 0o600)
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -72,7 +72,7 @@ def messages(project):
     """Every stored message text, after the CLI drained the inbox and db/index.json (the
     digest hooks read without the daemon) caught up: a warm daemon rewrites it within seconds."""
     ids = {t["id"] for t in cli_json("threads", "--status", "all", "--limit", "1000", project=project)}
-    wait_for(lambda: ids <= set(ai.digest(store_of(project))), "db/index.json to list every thread")
+    wait_for(lambda: ids <= set(store_of(project).read_digest()), "db/index.json to list every thread")
     export = json.loads(cli("export", project=project).stdout)
     return [m["text"] for t in export["threads"] for m in t["messages"]]
 
