@@ -838,16 +838,20 @@ class Store:
         self.recall_dir = os.path.join(self.cache_dir, RECALL_DIR)
         self.index_file = os.path.join(self.db, "index.json")  # the digest
         self.state_file = os.path.join(self.db, "state.json")
+        self.lock_file = os.path.join(self.db, ".lock")
+        self.config_file = os.path.join(self.dir, "config.json")
+        self.rules_file = os.path.join(self.dir, "user_rules.json")
+        self.rules_lock_file = os.path.join(self.dir, "rules.lock")
+        self.heartbeat_file = os.path.join(self.dir, "heartbeat.json")
+        self.heartbeat_lock_file = os.path.join(self.dir, "heartbeat.lock")
         # The daemon's files: status, socket, liveness lock (see section 8) and its stderr.
         self.daemon_file = os.path.join(self.dir, "daemon.json")
         self.socket_file = os.path.join(self.dir, "daemon.sock")
         self.run_lock_file = os.path.join(self.dir, "daemon.run.lock")
         self.daemon_log_file = os.path.join(self.logs_dir, "daemon.log")
-        self.log = Log(os.path.join(self.logs_dir, "ai_smartness.log"))
+        self.log_file = os.path.join(self.logs_dir, "ai_smartness.log")
+        self.log = Log(self.log_file)
         self.inbox_sync = True  # the daemon turns it off: see Daemon.__init__
-
-    def path(self, *parts):
-        return os.path.join(self.dir, *parts)
 
     def folders(self):
         return (self.dir, self.db, self.threads_dir, self.bridges_dir, self.synthesis_dir,
@@ -867,7 +871,7 @@ class Store:
         return self
 
     def lock(self, timeout=None):
-        return FileLock(os.path.join(self.db, ".lock"), timeout)
+        return FileLock(self.lock_file, timeout)
 
     # -- records --
     def _iter_dir(self, folder, check):
@@ -1007,8 +1011,7 @@ class Store:
         return len(stale)
 
     # -- small documents --
-    def _doc(self, name, default):
-        path = self.path(name)
+    def _doc(self, path, default):
         try:
             return read_json(path)
         except FileNotFoundError:
@@ -1020,31 +1023,31 @@ class Store:
     def config(self):
         """config.json over DEFAULT_CONFIG, each value coerced to its default's type and range
         (one log line per coerced key): a mistyped value must not disable hooks or commands."""
-        cfg = self._doc("config.json", {})
+        cfg = self._doc(self.config_file, {})
         if not isinstance(cfg, dict):
             self.log.error("config coerced", key="(config.json)", reason="not an object")
             cfg = {}
         return coerce_config(DEFAULT_CONFIG, cfg, self.log)
 
     def rules(self):
-        doc = self._doc("user_rules.json", {})
+        doc = self._doc(self.rules_file, {})
         rules = doc.get("rules") if isinstance(doc, dict) else None
         return [r for r in (rules or []) if isinstance(r, dict) and r.get("text")]
 
     def save_rules(self, rules):
-        write_json_atomic(self.path("user_rules.json"), {"schema": SCHEMA, "rules": rules})
+        write_json_atomic(self.rules_file, {"schema": SCHEMA, "rules": rules})
 
     def heartbeat(self):
-        doc = self._doc("heartbeat.json", {})
+        doc = self._doc(self.heartbeat_file, {})
         return doc if isinstance(doc, dict) else {}
 
     def update_heartbeat(self, **fields):
-        with FileLock(self.path("heartbeat.lock"), timeout=2.0):
+        with FileLock(self.heartbeat_lock_file, timeout=2.0):
             doc = self.heartbeat()
             doc.update((k, v if isinstance(v, (int, float)) else clean_field(v)) for k, v in fields.items())
             doc["schema"] = SCHEMA
             # Advisory state rewritten by most hooks: not worth an fsync on their critical path.
-            write_json_atomic(self.path("heartbeat.json"), doc, sync=False)
+            write_json_atomic(self.heartbeat_file, doc, sync=False)
         return doc
 
     def state(self):
@@ -1134,37 +1137,31 @@ class Store:
             return None
 
     # -- records read by the memory engine --
-    def thread_path(self, tid):
-        return os.path.join(self.threads_dir, tid + ".json")
-
-    def bridge_path(self, bid):
-        return os.path.join(self.bridges_dir, bid + ".json")
-
     def read_thread(self, tid):
         """A thread record; FileNotFoundError or CorruptRecord when there is none to use."""
-        return check_thread(read_json(self.thread_path(tid)))
+        return check_thread(read_json(self.thread_file(tid)))
 
     def read_bridge(self, bid):
-        return check_bridge(read_json(self.bridge_path(bid)))
+        return check_bridge(read_json(self.bridge_file(bid)))
 
     def read_digest(self):
         """The threads of db/index.json ({} when it is missing or unreadable)."""
         try:
-            doc = read_json(os.path.join(self.db, "index.json"))
+            doc = read_json(self.index_file)
         except (OSError, CorruptRecord):
             return {}
         threads = doc.get("threads") if isinstance(doc, dict) else None
         return threads if isinstance(threads, dict) else {}
 
     def write_digest(self, data):
-        write_bytes_atomic(os.path.join(self.db, "index.json"), data)
+        write_bytes_atomic(self.index_file, data)
 
     def update_rules(self, fn):
         """Read-modify-write of user_rules.json under rules.lock, the one lock every writer of
         it takes (a drain adding rules must never write back a rule just removed): `fn(rules)`
         changes the list in place and returns what the caller gets; nothing is written when it
         raises."""
-        with FileLock(self.path("rules.lock"), timeout=2.0):
+        with FileLock(self.rules_lock_file, timeout=2.0):
             rules = self.rules()
             before = list(rules)
             out = fn(rules)
@@ -4370,7 +4367,7 @@ class Daemon:
         """Re-read config.json when it changed, so an edit takes effect without a restart;
         the memory follows (thresholds, language, budgets)."""
         try:
-            st = os.stat(self.store.path("config.json"))
+            st = os.stat(self.store.config_file)
             cid = (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError:
             cid = None
@@ -4785,22 +4782,13 @@ def hook_named(name):
     return found or next((h for h in HOOKS.values() if h.event == name), None)
 
 
-def digest(store):
-    """db/index.json: one line per thread, written by every writer."""
-    try:
-        doc = read_json(os.path.join(store.db, "index.json"))
-        return doc.get("threads", {}) if isinstance(doc, dict) else {}
-    except (OSError, CorruptRecord):
-        return {}
-
-
 def hot_thread(store):
     """The thread worked on last, as recorded with every save (None when there is none)."""
     tid = store.state().get("hot_thread")
     if not tid or not valid_id(tid):
         return None
     try:
-        return check_thread(read_json(os.path.join(store.threads_dir, tid + ".json")))
+        return store.read_thread(tid)
     except (OSError, CorruptRecord):
         return None
 
@@ -4975,7 +4963,7 @@ def hook_inject(store, payload, mem):
     ctx = source.context(prompt, cfg["inject_budget"], exclude=("m" + cid[1:],) if cid else ())
     text = ctx["text"]
     if hb.get("prompt_session") != session:
-        hint = proactive_suggestion(mem.threads if mem else digest(store), prompt, lang)
+        hint = proactive_suggestion(mem.threads if mem else store.read_digest(), prompt, lang)
         if hint and len(text) + len(hint) + 1 <= cfg["inject_budget"]:
             text += "\n" + hint
     store.update_heartbeat(last_interaction=iso(now), prompt_session=session,
@@ -5122,7 +5110,7 @@ def build_synthesis(texts, threads, now, trigger=None, instructions=None, sessio
 def hook_precompact(store, payload, mem):
     now = time.time()
     texts = [(r, redact(t)) for r, t in transcript_texts(payload.get("transcript_path"))]
-    doc = build_synthesis(texts, digest(store), now, clean_field(payload.get("trigger")),
+    doc = build_synthesis(texts, store.read_digest(), now, clean_field(payload.get("trigger")),
                           clean_field(payload.get("custom_instructions"), INSTRUCTIONS_CHARS),
                           clean_field(payload.get("session_id")))
     store.write_synthesis(doc, now)

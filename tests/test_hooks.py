@@ -49,7 +49,7 @@ def route(request, proj):
         return
     # Holding the daemon's run lock makes every hook answer in-process: none can start.
     store = ai.Store(str(proj / ".ai"))
-    fd = os.open(store.path("daemon.run.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(store.run_lock_file, os.O_RDWR | os.O_CREAT, 0o600)
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -167,7 +167,7 @@ def messages(project):
     digest hooks read without the daemon) caught up: a warm daemon rewrites it within seconds."""
     ids = {t["id"] for t in cli_json("threads", "--status", "all", "--limit", "1000", project=project)}
     deadline = time.monotonic() + 15
-    while ids and time.monotonic() < deadline and not ids <= set(ai.digest(ai.Store(str(project / ".ai")))):
+    while ids and time.monotonic() < deadline and not ids <= set(ai.Store(str(project / ".ai")).read_digest()):
         time.sleep(0.2)
     export = json.loads(cli("export", project=project).stdout)
     return [m["text"] for t in export["threads"] for m in t["messages"]]
