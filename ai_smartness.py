@@ -191,6 +191,10 @@ CONFIG_RANGES = {
 }
 # Any other number under "thresholds" is a similarity or a share.
 THRESHOLD_RANGE = (0.0, 1.0)
+# -- paths and daemon start --
+# What start_daemon() found or did: a live daemon, a new one, an old version asked to stop, or
+# no safe place for a socket (the caller works without a daemon).
+DAEMON_RUNNING, DAEMON_STARTED, DAEMON_RETIRING, DAEMON_REFUSED = "running", "started", "retiring", "refused"
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -435,6 +439,8 @@ class Log:
 # itself can plant one there, and following it would write, chmod or read outside the
 # project. Folders are opened one component at a time with O_NOFOLLOW and files relative to
 # their folder's descriptor, so nothing can swap a folder between the check and the use.
+# The data dir itself must be a real folder of this user that nobody else may write (see
+# _open_root), checked on the descriptor every access goes through.
 
 _DATA_DIRS = set()  # the data dirs of this process's Stores: below them no symlink is followed
 
@@ -449,6 +455,34 @@ def _data_root(path):
     return path
 
 
+class UnsafeDataDir(AiError, OSError):
+    """The data dir is a symlink, or a folder another user owns or may write: whatever is in
+    it may have been planted (rules injected into every prompt, a config), and whoever can
+    swap it receives what we write. Refused whole; an OSError, so a hook fails open as on
+    any I/O error, and an AiError, so the CLI says this one line."""
+
+    def __init__(self, path, why):
+        super().__init__(f"data dir refused: {path} {why} (see README, Security)")
+
+
+def _open_root(root):
+    """A descriptor of data dir `root`, else UnsafeDataDir. The checks are made on the
+    descriptor the caller then uses, so the folder cannot be swapped between the two."""
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(root):
+            raise UnsafeDataDir(root, "is a symlink") from None
+        raise
+    st = os.fstat(fd)
+    why = (f"belongs to uid {st.st_uid}" if st.st_uid != os.getuid() else
+           "is writable by group or others" if st.st_mode & 0o022 else None)
+    if why:
+        os.close(fd)
+        raise UnsafeDataDir(root, why)
+    return fd
+
+
 def _data_log(root, msg, **fields):
     if root is not None:
         Log(os.path.join(root, "logs", "ai_smartness.log")).error(msg, **fields)
@@ -460,11 +494,9 @@ def open_dir(path, create=True):
     folder, with a log line. Any other folder is opened as it is."""
     path = os.path.abspath(path)
     root = _data_root(path)
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-    # The data dir itself may be a link its user made: only what lies below it is checked.
-    fd = os.open(path if root is None else root, flags)
     if root is None:
-        return fd
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = _open_root(root)
     where = root
     try:
         for part in path[len(root):].split(os.sep):
@@ -514,7 +546,14 @@ def make_private_dir(path):
     """Create folder `path` (and its parents) 0700 unless it exists, and make a folder of ours
     0700; never through a symlink."""
     path = os.path.abspath(path)
-    if _data_root(path) in (None, path):
+    root = _data_root(path)
+    if root == path:
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except FileExistsError:
+            pass  # not a folder: _open_root says what it is
+        fd = _open_root(path)
+    elif root is None:
         os.makedirs(path, mode=0o700, exist_ok=True)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -1138,11 +1177,20 @@ class Store:
 
     # -- records read by the memory engine --
     def read_thread(self, tid):
-        """A thread record; FileNotFoundError or CorruptRecord when there is none to use."""
-        return check_thread(read_json(self.thread_file(tid)))
+        """A thread record; FileNotFoundError or CorruptRecord when there is none to use (a
+        corrupt one is quarantined first, as a full load does: skipped silently, it would be
+        met again by every partial load and refresh)."""
+        return self._read_record(self.thread_file(tid), check_thread)
 
     def read_bridge(self, bid):
-        return check_bridge(read_json(self.bridge_file(bid)))
+        return self._read_record(self.bridge_file(bid), check_bridge)
+
+    def _read_record(self, path, check):
+        try:
+            return check(read_json(path))
+        except CorruptRecord as exc:
+            self.quarantine(path, str(exc))
+            raise
 
     def read_digest(self):
         """The threads of db/index.json ({} when it is missing or unreadable)."""
@@ -4023,13 +4071,16 @@ def private_tmp_dir(store):
 
 def _at_socket(path, use):
     """use(address), `use` being a socket's bind or connect: an address too long for sun_path
-    goes through /proc/self/fd/<its folder's descriptor>."""
-    if len(path.encode()) <= MAX_SOCKET_PATH:
-        return use(path)
+    goes through /proc/self/fd/<its folder's descriptor>. So does any socket in a data dir
+    where /proc exists: it is then reached through the folder open_dir accepted (no symlinked
+    or foreign data dir), which nobody can swap before the bind or connect."""
     folder, name = os.path.split(path)
+    short = len(path.encode()) <= MAX_SOCKET_PATH
+    if _data_root(folder) is None and short:
+        return use(path)  # the private runtime folder of socket_path
     fd = open_dir(folder, create=False)
     try:
-        return use(f"{PROC_FD_DIR}/{fd}/{name}")
+        return use(path if short and not os.path.isdir(PROC_FD_DIR) else f"{PROC_FD_DIR}/{fd}/{name}")
     finally:
         os.close(fd)
 
@@ -4044,12 +4095,24 @@ def peer_uid(sock):
     return int.from_bytes(creds[4:8], sys.byteorder)
 
 
+# The fields of daemon.json and their types. Anything that can write the data dir can write
+# that file, so a field of another type means no daemon to talk to, never a TypeError.
+_DAEMON_FIELDS = {"pid": (int,), "socket": (str,), "version": (str,), "ready": (bool,),
+                  "started_at": (str,), "model": (str, type(None))}
+
+
 def daemon_info(store):
+    """daemon.json, {} when it is missing, unreadable or has a field of the wrong type."""
     try:
         info = read_json(store.daemon_file)
-        return info if isinstance(info, dict) else {}
     except (OSError, CorruptRecord):
         return {}
+    if not isinstance(info, dict) or any(
+            key in info and type(info[key]) not in kinds for key, kinds in _DAEMON_FIELDS.items()):
+        return {}
+    if "pid" in info and info["pid"] <= 0:
+        return {}  # os.kill would signal a process group
+    return info
 
 
 def daemon_alive(store):
@@ -4099,9 +4162,9 @@ def request(store, cmd, timeout=2.0, **args):
 
 
 def start_daemon(store, project):
-    """Start a detached daemon unless one is alive; returns "running", "started",
-    "retiring" (an old version was asked to stop) or "refused" (no safe place for its socket:
-    the caller works without it). Does not wait for the model."""
+    """Start a detached daemon unless one is alive; returns DAEMON_RUNNING, DAEMON_STARTED,
+    DAEMON_RETIRING (an old version was asked to stop) or DAEMON_REFUSED (no safe place for
+    its socket: the caller works without it). Does not wait for the model."""
     fd = open_data_file(store.run_lock_file, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -4109,14 +4172,14 @@ def start_daemon(store, project):
         os.close(fd)
         if daemon_info(store).get("version") not in (None, VERSION):
             request(store, "stop", timeout=1.0)
-            return "retiring"
-        return "running"
+            return DAEMON_RETIRING
+        return DAEMON_RUNNING
     try:
         import subprocess
         try:
             sock = socket_path(store)
         except DaemonError:
-            return "refused"  # logged by private_tmp_dir
+            return DAEMON_REFUSED  # logged by private_tmp_dir
         # Nobody holds the lock: whatever status file or socket is left is stale.
         for stale in (store.daemon_file, sock):
             Store._unlink(stale)
@@ -4128,7 +4191,7 @@ def start_daemon(store, project):
                              pass_fds=(fd,), start_new_session=True, cwd=store.dir)
         finally:
             os.close(err)
-        return "started"
+        return DAEMON_STARTED
     finally:
         os.close(fd)  # the child keeps the lock through its inherited copy
 
@@ -4147,8 +4210,8 @@ def stop_daemon(store, timeout=10.0):
     if pid:
         import signal
         try:
-            os.kill(int(pid), signal.SIGTERM)
-        except (OSError, ValueError):
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
             pass
         time.sleep(0.5)
     return not daemon_alive(store)
@@ -5529,7 +5592,8 @@ def do_rules(cli, args):
     if args.action == "add":
         if not args.value:
             raise UsageError(tr("rules_need_text", lang))
-        added = add_rules_to_store(store, [args.value.strip()], time.time())
+        # Typed by hand, so it can hold a key: redacted like any capture before it is stored.
+        added = add_rules_to_store(store, [redact(args.value).strip()], time.time())
         return emit(args, added, tr("rules_added" if added else "rules_exists", lang))
     if args.action == "remove":
         def remove(rules):
@@ -5656,15 +5720,15 @@ def do_daemon(cli, args):
             return emit(args, {"running": False}, tr("daemon_stopped", lang))
     if args.action in ("start", "restart"):
         state = start_daemon(store, cli.project)
-        if state == "retiring":  # a daemon of another version: wait until it is gone, then start ours
+        if state == DAEMON_RETIRING:  # a daemon of another version: wait until it is gone, then start ours
             if not stop_daemon(store):
                 raise DaemonError(tr("daemon_stop_failed", lang))
             state = start_daemon(store, cli.project)
-        if state == "running" and daemon_unreachable(store):  # alive but deaf: replace it
+        if state == DAEMON_RUNNING and daemon_unreachable(store):  # alive but deaf: replace it
             if not kill_daemon(store):
                 raise DaemonError(tr("daemon_stop_failed", lang))
             state = start_daemon(store, cli.project)
-        if state == "refused":
+        if state == DAEMON_REFUSED:
             raise DaemonError("no private folder for the daemon socket (see the log)")
         ready = wait_ready(store, 120.0)
         if not ready:

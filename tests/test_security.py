@@ -488,7 +488,7 @@ def test_a_refused_socket_folder_starts_no_daemon_and_hooks_still_work(tmp_path,
     folder.mkdir(mode=0o700)
     os.chown(folder, OTHER_UID, OTHER_UID)
     store = ais.Store(str(project / ".ai")).ensure()
-    assert ais.start_daemon(store, str(project)) == "refused"
+    assert ais.start_daemon(store, str(project)) == ais.DAEMON_REFUSED
     assert not ais.daemon_alive(store)
     # The hook falls back to its in-process work: the prompt is journaled all the same.
     monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(project))
