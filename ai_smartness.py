@@ -195,6 +195,10 @@ THRESHOLD_RANGE = (0.0, 1.0)
 # What start_daemon() found or did: a live daemon, a new one, an old version asked to stop, or
 # no safe place for a socket (the caller works without a daemon).
 DAEMON_RUNNING, DAEMON_STARTED, DAEMON_RETIRING, DAEMON_REFUSED = "running", "started", "retiring", "refused"
+# The fields of daemon.json and their types. Anything that can write the data dir can write
+# that file: a field of another type means no daemon to talk to, never a TypeError.
+DAEMON_STATUS_FIELDS = {"pid": (int,), "socket": (str,), "version": (str,), "ready": (bool,),
+                        "started_at": (str,), "model": (str, type(None))}
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -4095,12 +4099,6 @@ def peer_uid(sock):
     return int.from_bytes(creds[4:8], sys.byteorder)
 
 
-# The fields of daemon.json and their types. Anything that can write the data dir can write
-# that file, so a field of another type means no daemon to talk to, never a TypeError.
-_DAEMON_FIELDS = {"pid": (int,), "socket": (str,), "version": (str,), "ready": (bool,),
-                  "started_at": (str,), "model": (str, type(None))}
-
-
 def daemon_info(store):
     """daemon.json, {} when it is missing, unreadable or has a field of the wrong type."""
     try:
@@ -4108,7 +4106,7 @@ def daemon_info(store):
     except (OSError, CorruptRecord):
         return {}
     if not isinstance(info, dict) or any(
-            key in info and type(info[key]) not in kinds for key, kinds in _DAEMON_FIELDS.items()):
+            key in info and type(info[key]) not in kinds for key, kinds in DAEMON_STATUS_FIELDS.items()):
         return {}
     if "pid" in info and info["pid"] <= 0:
         return {}  # os.kill would signal a process group
