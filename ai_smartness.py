@@ -489,13 +489,14 @@ def _open_root(root):
 
 def _data_log(root, msg, **fields):
     if root is not None:
-        Log(os.path.join(root, "logs", "ai_smartness.log")).error(msg, **fields)
+        Store(root).log.error(msg, **fields)
 
 
 def open_dir(path, create=True):
-    """A descriptor of folder `path`. Below a data dir every component is opened with
-    O_NOFOLLOW: a missing one is created 0700 (when `create`), a symlink is replaced by a real
-    folder, with a log line. Any other folder is opened as it is."""
+    """A descriptor of folder `path`. In a data dir, the data dir itself must pass _open_root,
+    and every component below it is opened with O_NOFOLLOW: a missing one is created 0700
+    (when `create`), a symlink is replaced by a real folder, with a log line. Any other folder
+    is opened as it is."""
     path = os.path.abspath(path)
     root = _data_root(path)
     if root is None:
