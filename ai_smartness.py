@@ -191,6 +191,10 @@ CONFIG_RANGES = {
 }
 # Any other number under "thresholds" is a similarity or a share.
 THRESHOLD_RANGE = (0.0, 1.0)
+# -- memos --
+# Keys kept by the memos of time texts, stems and index terms (see Memo): enough for the times
+# and the vocabulary of a large store, bounded against identifiers and numbers.
+TIME_MEMO_KEYS, STEM_MEMO_KEYS, TERM_MEMO_KEYS = 200000, 20000, 100000
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -237,6 +241,23 @@ class LazyRe:
         return getattr(self.rx, name)
 
 
+class Memo(dict):
+    """key -> fn(key), each answer kept until the memo holds `cap` keys (identifiers, numbers
+    and times make the keys unbounded). A dict subclass: a known key is one C-level lookup,
+    no Python call, which matters on paths that run for every word or time of a load."""
+    __slots__ = ("fn", "cap")
+
+    def __init__(self, fn, cap):
+        super().__init__()
+        self.fn, self.cap = fn, cap
+
+    def __missing__(self, key):
+        out = self.fn(key)
+        if len(self) < self.cap:
+            self[key] = out
+        return out
+
+
 def now_ts():
     return time.time()
 
@@ -244,9 +265,6 @@ def now_ts():
 def iso(ts):
     """Seconds since the epoch -> ISO 8601 UTC with a Z."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
-_TIMES = {}  # stored time text -> epoch seconds: every capture weighs the same bridge times again
 
 
 def parse_time(value):
@@ -258,12 +276,7 @@ def parse_time(value):
         return float(value)
     if not isinstance(value, str):
         return _parse_time_text(value)
-    seconds = _TIMES.get(value)
-    if seconds is None:
-        seconds = _parse_time_text(value)
-        if len(_TIMES) < 200000:
-            _TIMES[value] = seconds
-    return seconds
+    return _TIMES[value]
 
 
 def _parse_time_text(value):
@@ -280,6 +293,10 @@ def _parse_time_text(value):
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed.timestamp()
+
+
+# Stored time text -> epoch seconds: every capture weighs the same bridge times again.
+_TIMES = Memo(_parse_time_text, TIME_MEMO_KEYS)
 
 
 def ts_of(record, key):
@@ -1487,9 +1504,6 @@ def words(text):
             if len(w) > 1 and w not in STOPWORDS]
 
 
-_STEMS = {}  # word -> stem, for the few words of topics and titles
-
-
 def _stem(word):
     out = word
     if len(word) > 3 and not word.isdigit():
@@ -1517,27 +1531,19 @@ def stem(word):
     >>> [stem(w) for w in ("migrations", "migrating", "migrated", "queries", "running", "status", "2024")]
     ['migration', 'migrat', 'migrat', 'query', 'run', 'status', '2024']
     """
-    out = _STEMS.get(word)
-    if out is None:
-        out = _stem(word)
-        if len(_STEMS) < 20000:
-            _STEMS[word] = out
-    return out
+    return _STEMS[word]
 
 
-# word -> its index term, "" when it is not indexed. Loading 20,000 threads tokenizes millions
-# of words from a small vocabulary; identifiers and numbers make it unbounded, hence the cap.
-_TERMS = {}
-_TERMS_MAX = 100000
+_STEMS = Memo(_stem, STEM_MEMO_KEYS)  # word -> stem, for the few words of topics and titles
 
 
 def _term(word):
-    out = _TERMS.get(word)
-    if out is None:
-        out = "" if word in STOPWORDS or (len(word) < 2 and not word.isdigit()) else _stem(word)
-        if len(_TERMS) < _TERMS_MAX:
-            _TERMS[word] = out
-    return out
+    return "" if word in STOPWORDS or (len(word) < 2 and not word.isdigit()) else _stem(word)
+
+
+# word -> its index term, "" when it is not indexed. Loading 20,000 threads tokenizes millions
+# of words from a small vocabulary.
+_TERMS = Memo(_term, TERM_MEMO_KEYS)
 
 
 # ASCII text, the usual case, is split by str.translate: three times faster than a regex.
@@ -1570,7 +1576,7 @@ def terms(text):
         parts = _PART_RE.findall(text) if idents else chains
     got = list(map(_TERMS.get, parts))  # all cached: no Python call per word
     if None in got:
-        got = [_term(w) for w in parts]
+        got = [_TERMS[w] for w in parts]
     out = list(filter(None, got))
     out += idents
     return out
