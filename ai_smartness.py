@@ -195,6 +195,13 @@ THRESHOLD_RANGE = (0.0, 1.0)
 # Keys kept by the memos of time texts, stems and index terms (see Memo): enough for the times
 # and the vocabulary of a large store, bounded against identifiers and numbers.
 TIME_MEMO_KEYS, STEM_MEMO_KEYS, TERM_MEMO_KEYS = 200000, 20000, 100000
+# -- daemon and hooks --
+# How long the daemon's drain waits for the workers to embed its oldest capture before it
+# embeds that one itself.
+EMBED_AHEAD_PATIENCE = 60.0
+# Longest sleep of a daemon thread waiting for work, a wake or a stop (workers, the drain's
+# wait, the accept loop): how soon it notices a stop it was not woken for.
+DAEMON_POLL_SECONDS = 1.0
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -4259,16 +4266,124 @@ def recv_msg(sock, limit=MAX_REQUEST_BYTES):
     return msg
 
 
-class Daemon:
-    """The server: warm memory, a socket, workers embedding the inbox ahead and one thread
-    applying it in order.
+class EmbedAhead:
+    """The daemon's embedding workers and what they share with its work loop.
 
     Embedding is most of a capture's cost, so workers (embed_workers()) run the model at once,
     outside the memory lock, EMBED_CHUNK texts a call; the model is called concurrently (its
-    forward pass is stateless, and the tokenizer's settings are fixed when it loads). The work loop applies the
-    captures whose vectors are ready, in inbox order, up to DRAIN_BATCH at once. A request that
-    needs the memory or the model counts itself in `requests`: workers start no new call and
-    the work loop ends its batch after the current capture until it is served."""
+    forward pass is stateless, and the tokenizer's settings are fixed when it loads). A request
+    that needs the memory or the model is served inside `with ahead:`, which counts it in
+    `requests`: workers start no new call and the work loop ends its batch after the current
+    capture until it is served."""
+
+    def __init__(self, store, stopping):
+        import threading
+        self.store, self.stopping = store, stopping
+        # Guards the rest: `todo`, the texts of the captures to embed, in inbox order; `vectors`
+        # computed for them; texts `claimed` by a worker now; texts whose embedding `failed`
+        # (the drain embeds those itself); `requests` being served.
+        self.cv = threading.Condition()
+        self.todo, self.vectors, self.claimed, self.failed = [], {}, set(), set()
+        self.requests = 0
+
+    def __enter__(self):
+        with self.cv:
+            self.requests += 1
+        return self
+
+    def __exit__(self, *exc):
+        with self.cv:
+            self.requests -= 1
+            self.cv.notify_all()
+        return False
+
+    def start(self, embed):
+        import threading
+        for _ in range(embed_workers()):
+            threading.Thread(target=self._worker, args=(embed,), daemon=True).start()
+
+    def plan(self, texts, paths, cached_vector):
+        """Hand the workers the texts of `paths` (inbox order; None: unreadable) and wait until
+        the oldest can be applied: (how many of the oldest entries, the vectors in). A text
+        already embedded as a prompt's query comes from `cached_vector`."""
+        with self.cv:
+            order = [texts[p] for p in paths if texts[p] is not None]
+            keep = set(order)
+            self.todo = order
+            self.vectors = {t: v for t, v in self.vectors.items() if t in keep}
+            for text in keep.difference(self.vectors):
+                vec = cached_vector(text)
+                if vec is not None:
+                    self.vectors[text] = vec
+            self.failed &= keep
+            self.cv.notify_all()
+            deadline = time.monotonic() + EMBED_AHEAD_PATIENCE
+            while not self.stopping.is_set() and (self.requests or not self._ready(texts, paths)):
+                if time.monotonic() > deadline:
+                    break  # no worker got to it: the drain embeds the oldest one itself
+                self.cv.wait(DAEMON_POLL_SECONDS)
+            return max(1, self._ready(texts, paths)), dict(self.vectors)
+
+    def vector(self, text):
+        """The vector a worker computed for `text`, or None."""
+        with self.cv:
+            return self.vectors.get(text)
+
+    def clear(self):
+        with self.cv:
+            self.todo, self.vectors, self.failed = [], {}, set()
+
+    def _ready(self, texts, paths):
+        """How many of the oldest entries the drain can take now: leading ones whose vectors are
+        in, that failed (the drain embeds them), or are unreadable (the drain skips them)."""
+        count = 0
+        for path in paths:
+            text = texts[path]
+            if text is not None and text not in self.vectors and text not in self.failed:
+                break
+            count += 1
+        return count
+
+    def _worker(self, embed):
+        """Embeds the next unclaimed texts of `todo`, EMBED_CHUNK at a time, or fewer so that
+        a short backlog is shared by all workers; no new call while a request is served."""
+        import threading
+        try:
+            # Below the work loop and the request threads: they get a core the moment they need
+            # one, and the model takes whatever is left.
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
+        except (OSError, AttributeError):
+            pass
+        share = embed_workers()
+        while not self.stopping.is_set():
+            with self.cv:
+                free = []
+                if not self.requests:
+                    free = [t for t in dict.fromkeys(self.todo)
+                            if t not in self.vectors and t not in self.claimed and t not in self.failed]
+                if not free:
+                    self.cv.wait(DAEMON_POLL_SECONDS)
+                    continue
+                chunk = free[:min(EMBED_CHUNK, max(1, len(free) // share))]
+                self.claimed.update(chunk)
+            vecs = None
+            try:
+                vecs = embed(chunk)
+            except Exception as exc:  # the drain embeds these itself and handles the failure
+                self.store.log.error("embedding ahead failed", error=repr(exc))
+            with self.cv:
+                self.claimed.difference_update(chunk)
+                if vecs is None:
+                    self.failed.update(chunk)
+                else:
+                    self.vectors.update(zip(chunk, vecs))
+                self.cv.notify_all()
+
+
+class Daemon:
+    """The server: warm memory, a socket, workers embedding the inbox ahead (EmbedAhead) and
+    one thread applying it in order: the work loop applies the captures whose vectors are
+    ready, in inbox order, up to DRAIN_BATCH at once."""
 
     def __init__(self, project):
         import threading
@@ -4284,14 +4399,9 @@ class Daemon:
         self.mem = None
         self.ready = False
         self.lock = threading.Lock()  # one memory operation at a time
-        # Guards what the work loop and the embedding workers share: `todo`, the texts of the
-        # captures to embed, in inbox order; `vectors` computed for them; texts `claimed` by a
-        # worker now; texts whose embedding `failed` (drain() embeds those itself); `requests`.
-        self.embed_cv = threading.Condition()
-        self.todo, self.vectors, self.claimed, self.failed = [], {}, set(), set()
-        self.requests = 0
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        self.ahead = EmbedAhead(self.store, self.stopping)
         self.last_request = time.monotonic()
         self.started = time.time()
         self.processed = 0
@@ -4406,7 +4516,6 @@ class Daemon:
             "model": self.mem.embedder.id if self.mem and self.mem.embedder else None})
 
     def _warm(self):
-        import threading
         t0 = time.monotonic()
         self._refresh_config()  # the config the memory is about to read
         mem = Memory(self.store.dir)
@@ -4416,8 +4525,7 @@ class Daemon:
         mem.write_index()
         mem.candidates(mem.query_vector("warm up"))  # the model's first call, and numpy's
         self.mem = mem
-        for _ in range(embed_workers()):
-            threading.Thread(target=self._embed_worker, daemon=True).start()
+        self.ahead.start(mem.embedder.embed)
         self.ready = True
         self._write_status()
         self.store.log.info("daemon ready", seconds=round(time.monotonic() - t0, 2), threads=len(mem.threads),
@@ -4460,28 +4568,11 @@ class Daemon:
                 self._retry_later(exc)
                 break
             texts = {p: e["text"] if e else None for p, e in entries.items()}
-            with self.embed_cv:
-                order = [texts[p] for p in paths if texts[p] is not None]
-                keep = set(order)
-                self.todo = order
-                self.vectors = {t: v for t, v in self.vectors.items() if t in keep}
-                for text in keep.difference(self.vectors):  # a prompt embedded as its query already
-                    vec = self.mem.cached_vector(text)
-                    if vec is not None:
-                        self.vectors[text] = vec
-                self.failed &= keep
-                self.embed_cv.notify_all()
-                deadline = time.monotonic() + 60
-                while not self.stopping.is_set() and (self.requests or not self._ready(texts, paths)):
-                    if time.monotonic() > deadline:
-                        break  # no worker got to it: drain() embeds the oldest one itself
-                    self.embed_cv.wait(1.0)
-                batch = max(1, self._ready(texts, paths))
-                vectors = dict(self.vectors)
+            batch, vectors = self.ahead.plan(texts, paths, self.mem.cached_vector)
             with self.lock:
                 try:
                     done, removed = self.mem.drain_entries([(p, entries[p]) for p in paths[:batch]], vectors,
-                                                           pause=lambda: self.requests > 0)
+                                                           pause=lambda: self.ahead.requests > 0)
                 except Exception as exc:  # a daemon that dies here would be restarted by every hook
                     done = self._drain_failed(exc)
                     if done is None:
@@ -4490,58 +4581,10 @@ class Daemon:
                 self.processed += len(done)
             if not removed:
                 break  # nothing was removed (cannot happen but for a failing disk): wait for a wake
-        with self.embed_cv:
-            self.todo, self.vectors, self.failed = [], {}, set()
+        self.ahead.clear()
         if self.mem is not None:
             with self.lock:
                 self.mem.flush_index(force=True)  # the inbox is empty: settle the digest
-
-    def _ready(self, texts, paths):
-        """How many of the oldest entries drain() can take now: leading ones whose vectors are
-        in, that failed (drain() embeds them), or are unreadable (drain() skips them)."""
-        count = 0
-        for path in paths:
-            text = texts[path]
-            if text is not None and text not in self.vectors and text not in self.failed:
-                break
-            count += 1
-        return count
-
-    def _embed_worker(self):
-        """Embeds the next unclaimed texts of `todo`, EMBED_CHUNK at a time, or fewer so that
-        a short backlog is shared by all workers; no new call while a request is served."""
-        import threading
-        try:
-            # Below the work loop and the request threads: they get a core the moment they need
-            # one, and the model takes whatever is left.
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
-        except (OSError, AttributeError):
-            pass
-        embed = self.mem.embedder.embed
-        share = embed_workers()
-        while not self.stopping.is_set():
-            with self.embed_cv:
-                free = []
-                if not self.requests:
-                    free = [t for t in dict.fromkeys(self.todo)
-                            if t not in self.vectors and t not in self.claimed and t not in self.failed]
-                if not free:
-                    self.embed_cv.wait(1.0)
-                    continue
-                chunk = free[:min(EMBED_CHUNK, max(1, len(free) // share))]
-                self.claimed.update(chunk)
-            vecs = None
-            try:
-                vecs = embed(chunk)
-            except Exception as exc:  # drain() embeds these itself and handles the failure
-                self.store.log.error("embedding ahead failed", error=repr(exc))
-            with self.embed_cv:
-                self.claimed.difference_update(chunk)
-                if vecs is None:
-                    self.failed.update(chunk)
-                else:
-                    self.vectors.update(zip(chunk, vecs))
-                self.embed_cv.notify_all()
 
     def _embed_query(self, query, prompt):
         """Embed a request's query ahead of the memory lock. A prompt is embedded as the text its
@@ -4549,16 +4592,12 @@ class Daemon:
         if not isinstance(query, str) or not query.strip():
             return
         text = clean_for_storage(query) if prompt else query
-        with self.embed_cv:
-            ahead = self.vectors.get(text)  # a worker embedded its journaled capture already
+        ahead = self.ahead.vector(text)  # a worker embedded its journaled capture already
         if ahead is not None:
             self.mem.remember_vector(text, ahead)
         vec = self.mem.query_vector(text)
         if vec is not None and text != query:
             self.mem.remember_vector(query, vec)
-
-    def _serving(self):
-        return _Serving(self)
 
     def _drain_failed(self, exc):
         """A batch raised. The memory may be half-updated: reload it from disk. A transient I/O
@@ -4665,7 +4704,7 @@ class Daemon:
         if not self.ready:
             return {"error": DAEMON_WARMING}
         self._refresh_config()
-        with self._serving():
+        with self.ahead:
             # The query's embedding needs only the model: computed before taking the memory
             # lock, a prompt that comes during a drain waits for one capture's apply, not a batch.
             query = payload.get("prompt") if name == "inject" else recall_query(payload, os.path.dirname(self.store.dir))
@@ -4677,13 +4716,13 @@ class Daemon:
     def _locked(self, fn, *args, **kw):
         if not self.ready:
             return {"error": DAEMON_WARMING}
-        with self._serving(), self.lock:
+        with self.ahead, self.lock:
             return {"ok": True, "result": fn(*args, **kw)}
 
     def cmd_drain(self):
         if not self.ready:
             return {"error": DAEMON_WARMING}
-        with self._serving(), self.lock:
+        with self.ahead, self.lock:
             done = self.mem.drain()
         self.processed += len(done)
         return {"ok": True, "processed": len(done)}
@@ -4699,24 +4738,6 @@ class Daemon:
 
     def cmd_stats(self):
         return self._locked(self.mem.stats)
-
-
-class _Serving:
-    """A request that needs the memory or the model, counted in Daemon.requests while it runs."""
-
-    def __init__(self, daemon):
-        self.daemon = daemon
-
-    def __enter__(self):
-        with self.daemon.embed_cv:
-            self.daemon.requests += 1
-        return self
-
-    def __exit__(self, *exc):
-        with self.daemon.embed_cv:
-            self.daemon.requests -= 1
-            self.daemon.embed_cv.notify_all()
-        return False
 
 
 # ==== 9. Hooks ====
