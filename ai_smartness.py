@@ -1532,8 +1532,9 @@ def _stem(word):
 
 
 def stem(word):
-    """Light stemming (plural s, -ies, -ing, -ed, doubled consonant, final e): enough for
-    'migrations', 'migrating' and 'migrated' to meet, cheap, and language-agnostic enough.
+    """Light stemming (plural s, -ies, -ing, -ed, doubled consonant, final e): cheap, and
+    language-agnostic enough. Verb forms meet ('migrating' and 'migrated' -> 'migrat'), a noun
+    in -ion keeps it ('migrations' -> 'migration'): retrieval is tuned on these stems.
 
     >>> [stem(w) for w in ("migrations", "migrating", "migrated", "queries", "running", "status", "2024")]
     ['migration', 'migrat', 'migrat', 'query', 'run', 'status', '2024']
@@ -5417,9 +5418,12 @@ def build_parser():
     cmd("health", do_health, "memory health metrics with warnings")
     p = cmd("daemon", do_daemon, "the background process: start | stop | status | restart | run")
     p.add_argument("action", choices=("start", "stop", "status", "restart", "run"))
-    # Never dispatched from here: main() hands `hook NAME` to run_hook before argparse.
-    p = sub.add_parser("hook", help="Claude Code hook entry point (payload on stdin, always exits 0)")
-    p.add_argument("name", help="start | inject | pretool | capture | stop | precompact | end")
+    # Never dispatched from here: main() hands `hook NAME` to run_hook before argparse; only
+    # `hook --help` and a missing name get here.
+    text = "Claude Code hook entry point (payload on stdin, always exits 0)"
+    p = sub.add_parser("hook", help=text, description=text)
+    p.add_argument("name", help="the hook, or the Claude Code event it answers: " +
+                                ", ".join(f"{h.name} ({h.event})" for h in HOOKS.values()))
     return parser
 
 
@@ -5749,7 +5753,7 @@ def main(argv=None):
     project = None
     if len(argv) >= 2 and argv[0] == "--project":
         project, argv = argv[1], argv[2:]
-    if len(argv) == 2 and argv[0] == "hook":
+    if len(argv) == 2 and argv[0] == "hook" and not argv[1].startswith("-"):
         return run_hook(argv[1], project)
     args = build_parser().parse_args(([] if project is None else ["--project", project]) + glue_option_values(argv))
     if args.command == "hook":
