@@ -97,9 +97,8 @@ MAX_THREAD_MESSAGES = 200
 MAX_SOCKET_PATH = 100
 # The daemon and the hooks refuse requests larger than this.
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
-# Texts in one embedding call of the daemon's workers: per text, two cost a tenth less than
-# one (more gain nothing), and a call this short (0.1 s on one core) soon leaves its core to
-# a prompt.
+# Texts in one embedding call of the daemon's workers: per text, two cost less than one (more
+# gain nothing), and a call this short soon leaves its core to a prompt (bench/README.md).
 EMBED_CHUNK = 2
 # Niceness of the daemon's embedding workers (the rest of the daemon runs at 0).
 WORKER_NICE = 5
@@ -202,6 +201,31 @@ EMBED_AHEAD_PATIENCE = 60.0
 # Longest sleep of a daemon thread waiting for work, a wake or a stop (workers, the drain's
 # wait, the accept loop): how soon it notices a stop it was not woken for.
 DAEMON_POLL_SECONDS = 1.0
+# How soon the work loop looks at the inbox without a wake (entries journaled by hooks that
+# found the daemon deaf, a backlog from before it started).
+INBOX_POLL_SECONDS = 0.5
+# Time the daemon gives one connection to send its request and take the answer.
+REQUEST_IO_SECONDS = 10.0
+# Connections the daemon's socket queues before it accepts them.
+SOCKET_BACKLOG = 64
+# Bytes one recv() of the daemon protocol asks for.
+SOCKET_CHUNK_BYTES = 65536
+# The daemon's thread switch interval (Python's default is 5 ms): see Daemon.run.
+GIL_SWITCH_SECONDS = 0.0005
+# The daemon's fixed glibc mmap threshold: see keep_heap_small.
+MMAP_THRESHOLD_BYTES = 128 * 1024
+# Most embedding threads of the daemon, however many cores.
+MAX_EMBED_WORKERS = 4
+# A daemon holding the run lock that refuses connections this long is deaf (daemon_unreachable);
+# one probe's connect timeout, and the pause between probes.
+DEAF_DAEMON_SECONDS, PROBE_TIMEOUT_SECONDS, PROBE_INTERVAL_SECONDS = 2.0, 1.0, 0.1
+# kill_daemon's wait for the process to exit after each signal, and how often it looks.
+KILL_WAIT_SECONDS, EXIT_POLL_SECONDS = 5.0, 0.05
+# Shortest budget timer of a hook, even one whose process start used up its budget: time to
+# log what it was doing.
+MIN_HOOK_TIMER = 0.05
+# Characters of a traceback kept in one log line (its end: where it failed).
+TRACE_CHARS = 2000
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -236,7 +260,7 @@ def is_transient(exc):
 
 class LazyRe:
     """A regex compiled on first use. Compiling every pattern at import cost each hook process
-    about 6 ms (a fifth of a bare interpreter start), and most hooks need none of them."""
+    a good part of a bare interpreter start (bench/README.md), and most hooks need none."""
     __slots__ = ("args", "rx")
 
     def __init__(self, *args):
@@ -1820,8 +1844,8 @@ class MiniLMEmbedder:
     tensors read with safetensors, its tokenizer.json with tokenizers, BERT's forward pass in
     a few torch calls (tests/test_minilm.py checks the vectors against encode()'s). The
     libraries around it (transformers imports torch's compiler, sympy and scipy;
-    sentence-transformers adds scikit-learn) cost the daemon 230 MB and seconds of its start,
-    and their per-call wrappers milliseconds of a short query. Any other pipeline goes through
+    sentence-transformers adds scikit-learn) cost the daemon memory and seconds of its start,
+    and their per-call wrappers a good share of a short query (bench/README.md). Any other pipeline goes through
     SentenceTransformer.encode()."""
 
     id = MINILM_ID
@@ -4183,22 +4207,22 @@ def wait_ready(store, timeout):
 def keep_heap_small():
     """glibc raises its mmap threshold to the size of each large block freed, up to 32 MB, so
     the model's activations (a few MB a call) come to live in the heap, which keeps them: the
-    daemon grew by 150 MB over one drain at 20,000 threads. A fixed threshold keeps large
-    blocks in mmap, given back when freed (the daemon then stayed within 20 MB)."""
+    daemon grew over a large drain. A fixed threshold keeps large blocks in mmap, given back
+    when freed (bench/README.md)."""
     try:
         import ctypes
-        ctypes.CDLL(None).mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+        ctypes.CDLL(None).mallopt(-3, MMAP_THRESHOLD_BYTES)  # M_MMAP_THRESHOLD
     except (OSError, AttributeError):
         pass  # not glibc: another allocator, its own policy
 
 
 def embed_workers():
     """Embedding threads of the daemon: one per torch thread group, so a backlog uses every
-    core it may (two streams of one thread beat one of two threads by a quarter)."""
-    return max(1, min(4, (os.cpu_count() or 1) // torch_threads()))
+    core it may (two streams of one thread beat one of two threads: bench/README.md)."""
+    return max(1, min(MAX_EMBED_WORKERS, (os.cpu_count() or 1) // torch_threads()))
 
 
-def daemon_unreachable(store, patience=2.0):
+def daemon_unreachable(store, patience=DEAF_DAEMON_SECONDS):
     """True when a daemon holds the run lock but nothing listens on its socket for
     `patience` seconds (the socket deleted, or never bound). A daemon too busy to answer at
     once is reachable: only a refused or impossible connection counts."""
@@ -4207,7 +4231,7 @@ def daemon_unreachable(store, patience=2.0):
         path = daemon_info(store).get("socket")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(1.0)
+            sock.settimeout(PROBE_TIMEOUT_SECONDS)
             sock.connect(path if isinstance(path, str) and path else socket_path(store))
             send_msg(sock, {"cmd": "ping", "version": VERSION, "args": {}})  # a silent peer would retire it
             return False
@@ -4218,11 +4242,11 @@ def daemon_unreachable(store, patience=2.0):
                 return True
         finally:
             sock.close()
-        time.sleep(0.1)
+        time.sleep(PROBE_INTERVAL_SECONDS)
     return False
 
 
-def kill_daemon(store, timeout=5.0):
+def kill_daemon(store, timeout=KILL_WAIT_SECONDS):
     """End a daemon that cannot be asked to stop: SIGTERM to the pid of daemon.json, then
     SIGKILL; True when the run lock is free."""
     import signal
@@ -4234,7 +4258,7 @@ def kill_daemon(store, timeout=5.0):
             break
         deadline = time.monotonic() + timeout
         while daemon_alive(store) and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(EXIT_POLL_SECONDS)
         if not daemon_alive(store):
             return True
     return not daemon_alive(store)
@@ -4252,7 +4276,7 @@ def recv_msg(sock, limit=MAX_REQUEST_BYTES):
     a socket error or timeout."""
     chunks, size = [], 0
     while True:
-        chunk = sock.recv(65536)
+        chunk = sock.recv(SOCKET_CHUNK_BYTES)
         if not chunk:
             break
         chunks.append(chunk)
@@ -4395,7 +4419,7 @@ class Daemon:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         # A hook waits for its capture to be journaled. Here no fsync: the file outlives any
         # process crash, the worker stores it (fsynced records) within moments, and the fsync
-        # was 4 ms of a ~30 ms hook on the reference machine.
+        # was a large share of a hook's time (bench/README.md).
         self.store.inbox_sync = False
         self.mem = None
         self.ready = False
@@ -4413,16 +4437,15 @@ class Daemon:
         self.config_id = None  # (mtime_ns, size, st_ino) of the config.json the memory uses
 
     def run(self):
-        import threading
         lock_fd = self._take_lock()
         if lock_fd is None:
             self.store.log.info("daemon already running; exiting")
             return 0
         keep_heap_small()
         # The model's threads take the GIL back after every torch call; while the work loop
-        # runs Python, each such call waited up to the 5 ms default for it: embedding ran at
-        # 11 captures/s instead of 14 beside a thread busy half the time (bench numbers).
-        sys.setswitchinterval(0.0005)
+        # runs Python, each such call waited up to the 5 ms default for it, which slowed
+        # embedding beside a busy thread (bench/README.md).
+        sys.setswitchinterval(GIL_SWITCH_SECONDS)
         self.store.remove_stale_temp_files()  # ours alone run now: any older one was killed
         Store._unlink(self.socket)
         self._bind()
@@ -4451,8 +4474,8 @@ class Daemon:
         finally:
             os.umask(old_umask)
         os.chmod(self.socket, 0o600)
-        server.listen(64)
-        server.settimeout(1.0)
+        server.listen(SOCKET_BACKLOG)
+        server.settimeout(DAEMON_POLL_SECONDS)
         st = os.lstat(self.socket)
         old, self.server, self.socket_id = self.server, server, (st.st_dev, st.st_ino)
         if old is not None:
@@ -4542,13 +4565,13 @@ class Daemon:
                 break
             # Hooks wake the worker; the timeout picks up entries journaled without a wake
             # (hooks that found the daemon deaf, a backlog from before it started) within moments.
-            self.wake.wait(timeout=0.5)
+            self.wake.wait(timeout=INBOX_POLL_SECONDS)
             self.wake.clear()
 
     def _idle_limit(self):
         cfg = self.mem.cfg if self.mem is not None else self.store.config()
         try:
-            return float(cfg.get("daemon_idle_seconds", 1800))
+            return float(cfg.get("daemon_idle_seconds", DEFAULT_CONFIG["daemon_idle_seconds"]))
         except (TypeError, ValueError):
             return float(DEFAULT_CONFIG["daemon_idle_seconds"])
 
@@ -4610,7 +4633,7 @@ class Daemon:
         self.mem.loaded = False
         if is_transient(exc):
             return self._retry_later(exc)
-        self.store.log.error("drain failed", error=repr(exc), trace=traceback.format_exc()[-2000:])
+        self.store.log.error("drain failed", error=repr(exc), trace=traceback.format_exc()[-TRACE_CHARS:])
         first = self.store.inbox_pending()[:1]
         try:
             return self.mem.drain(batch=1, once=True)
@@ -4648,7 +4671,7 @@ class Daemon:
 
     def _serve(self, conn):
         try:
-            conn.settimeout(10.0)
+            conn.settimeout(REQUEST_IO_SECONDS)
             req = recv_msg(conn, MAX_REQUEST_BYTES)
             self.last_request = time.monotonic()
             args = req.get("args")
@@ -5284,7 +5307,7 @@ def _hook_process(name, project_arg, signal):
         return 0  # unknown, or started by ai_smartness itself: capturing it would loop
     BUDGET.update(defer=found.name in JOURNAL_FIRST, expired=False)
     signal.signal(signal.SIGALRM, on_budget_alarm)
-    signal.setitimer(signal.ITIMER_REAL, max(0.05, found.budget - age))
+    signal.setitimer(signal.ITIMER_REAL, max(MIN_HOOK_TIMER, found.budget - age))
     store = None
     try:
         raw = sys.stdin.buffer.read(MAX_HOOK_INPUT + 1)
@@ -5308,7 +5331,7 @@ def _hook_process(name, project_arg, signal):
         signal.setitimer(signal.ITIMER_REAL, 0)
         if store and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             import traceback
-            store.log.error("hook failed", hook=found.name, error=repr(exc), trace=traceback.format_exc()[-2000:])
+            store.log.error("hook failed", hook=found.name, error=repr(exc), trace=traceback.format_exc()[-TRACE_CHARS:])
     return 0
 
 
