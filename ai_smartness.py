@@ -9,12 +9,40 @@ same turn.
 Usage:
     ai_smartness.py [--project DIR] <command> [options]
 
-    capture [--source S] [--file PATH] [--at ISO] TEXT|-   feed content (the hooks' path)
+    capture [--source S] [--file PATH] [--at ISO|EPOCH] TEXT|-   feed content (the hooks' path)
     status | health | threads | thread ID | bridges       inspect (all take --json)
     search QUERY | recall QUERY | context PROMPT           retrieve
     rules [list|add TEXT|remove N] | forget ID | export | reindex
     daemon start|stop|status|restart|run                  the background process
-    hook start|inject|pretool|capture|stop|precompact|end Claude Code entry points (stdin JSON)
+    hook start|inject|pretool|capture|stop|end|precompact Claude Code entry points (stdin JSON)
+
+Life of a capture (a tool result; a prompt or the agent's answer goes the same way):
+    1. Claude Code runs `hook capture` with the PostToolUse payload on stdin: a fresh process,
+       run_hook() -> _hook_process() reads it under the hook's time budget (SIGALRM).
+    2. parse_payload() checks its fields; shell_answer() hands it to the daemon with request()
+       over .ai/daemon.sock, or answers in-process (answer()) when none is reachable.
+    3. hook_capture(): tool_capture() picks the text, prepare_capture() cleans and redacts it,
+       journal() writes it to .ai/inbox/ (Store.inbox_append()). The hook exits 0, silent.
+    4. In the daemon, Daemon._drain() lists the inbox; EmbedAhead.plan() has the embedding
+       workers compute its vectors ahead, outside the memory lock.
+    5. MemoryWriter.drain_entries() -> MemoryWriter._apply(): decide() continues, forks or
+       reactivates a thread or starts one, and bridges are weighed; MemoryWriter.save() writes
+       db/threads/, db/bridges/ and db/index.json, then the entry leaves the inbox.
+
+Life of a prompt:
+    1. `hook inject` (UserPromptSubmit): shell_answer() journals the prompt first
+       (journal_prompt(): .ai/inbox/, fsynced), so neither a slow daemon nor the budget loses it.
+    2. Daemon.cmd_hook() embeds it ahead of the memory lock (Daemon._embed_query(): that one
+       vector serves its retrieval and its capture), then answers under the lock.
+    3. hook_inject(): detect_rules() keeps the rules the prompt states (user_rules.json);
+       Memory.context() -> Memory.retrieve() ranks messages (lexical and dense scores, thread
+       signals) and render_context() packs the best, and the rules, into inject_budget chars.
+    4. The hook prints it as additional context (context_output()); heartbeat.json notes the
+       turn; the daemon, woken, drains the prompt as any capture.
+    5. No daemon (or one warming up): lexical_memory() answers in the hook process from the
+       lexical index, without the model, and start_daemon() starts one for the next prompt.
+    6. Later `Read(".ai/recall/<query>")`: `hook pretool` -> Memory.recall() -> recall_file()
+       writes .ai/cache/recall/, and the Read is pointed there.
 
 Sections (grep -n '^# ====' for the map):
     1. Constants       2. Errors, helpers, i18n      3. Storage
