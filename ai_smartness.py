@@ -254,6 +254,14 @@ KILL_WAIT_SECONDS, EXIT_POLL_SECONDS = 5.0, 0.05
 MIN_HOOK_TIMER = 0.05
 # Characters of a traceback kept in one log line (its end: where it failed).
 TRACE_CHARS = 2000
+# A hook's wait for a daemon that only journals its capture (milliseconds of work), and the
+# shortest wait hook_budget_ms can set for one that answers from the memory.
+JOURNAL_WAIT_SECONDS, MIN_DAEMON_WAIT = 1.0, 0.1
+# How long a command waits for the daemon's answer (a drain or a search on a large store) before
+# it works in-process, and `daemon start` for a started daemon to load the model and the memory.
+CLI_REQUEST_SECONDS, DAEMON_START_SECONDS = 30.0, 120.0
+# What `search` and `threads` list unless told --limit.
+SEARCH_HITS, THREADS_LISTED = 10, 50
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -4779,7 +4787,7 @@ class Daemon:
         self.processed += len(done)
         return {"ok": True, "processed": len(done)}
 
-    def cmd_search(self, query, limit=10):
+    def cmd_search(self, query, limit=SEARCH_HITS):
         return self._locked(self.mem.search, query, limit)
 
     def cmd_recall(self, query):
@@ -5393,9 +5401,9 @@ def shell_answer(found, payload, store, project):
 def daemon_wait(store, found):
     """How long a hook waits for the daemon's answer before answering in-process."""
     if not found.needs_memory:
-        return 1.0  # journaling a capture takes the daemon milliseconds
+        return JOURNAL_WAIT_SECONDS
     try:
-        return max(0.1, float(store.config()["hook_budget_ms"]) / 1000.0)
+        return max(MIN_DAEMON_WAIT, float(store.config()["hook_budget_ms"]) / 1000.0)
     except (TypeError, ValueError, KeyError):
         return DEFAULT_CONFIG["hook_budget_ms"] / 1000.0
 
@@ -5445,7 +5453,7 @@ def build_parser():
     cmd("status", do_status, "one-screen summary")
     p = cmd("threads", do_threads, "list threads")
     p.add_argument("--status", default="active", choices=STATUSES + ("all",))
-    p.add_argument("--limit", type=count, default=50)
+    p.add_argument("--limit", type=count, default=THREADS_LISTED)
     p = cmd("thread", do_thread, "show one thread")
     p.add_argument("id")
     p = cmd("bridges", do_bridges, "list bridges")
@@ -5453,7 +5461,7 @@ def build_parser():
     p.add_argument("--type", choices=BRIDGE_TYPES)
     p = cmd("search", do_search, "ranked messages for a query")
     p.add_argument("query")
-    p.add_argument("--limit", type=count, default=10)
+    p.add_argument("--limit", type=count, default=SEARCH_HITS)
     p = cmd("recall", do_recall, "the text Read(\".ai/recall/<query>\") returns")
     p.add_argument("query")
     p = cmd("context", do_context, "the memory `hook inject` adds to a prompt")
@@ -5502,7 +5510,7 @@ class Cli:
         """Ask a warm daemon; None when there is none (the caller works in-process)."""
         if not daemon_alive(self.store):
             return None
-        reply = request(self.store, cmd, timeout=30.0, **kw)
+        reply = request(self.store, cmd, timeout=CLI_REQUEST_SECONDS, **kw)
         return reply if reply.get("ok") else None
 
     def mem(self):
@@ -5760,7 +5768,7 @@ def do_daemon(cli, args):
             state = start_daemon(store, cli.project)
         if state == "refused":
             raise DaemonError("no private folder for the daemon socket (see the log)")
-        ready = wait_ready(store, 120.0)
+        ready = wait_ready(store, DAEMON_START_SECONDS)
         if not ready:
             raise DaemonError(tr("daemon_not_ready", lang))
         info = request(store, "status")

@@ -34,19 +34,26 @@ def _defs(names):
 
 # The daemon's code (not the client functions): every wait, timeout and size has a name.
 DAEMON_CODE = ("Daemon", "EmbedAhead", "keep_heap_small", "embed_workers", "daemon_unreachable",
-               "kill_daemon", "send_msg", "recv_msg", "run_hook", "_hook_process", "shell_answer", "main")
+               "kill_daemon", "send_msg", "recv_msg", "run_hook", "_hook_process", "shell_answer", "daemon_wait",
+               "main", "Cli", "do_daemon")
 WAITS = {"sleep", "settimeout", "wait", "listen", "recv", "setswitchinterval", "mallopt", "setitimer"}
+WAIT_FUNCTIONS = {"request", "wait_ready"}
 
 
 def test_the_daemon_and_the_hook_shell_name_their_timeouts_and_sizes():
     inline = []
     for node in _defs(DAEMON_CODE):
         for call in ast.walk(node):
-            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in WAITS:
+            if isinstance(call, ast.Call) and (
+                    isinstance(call.func, ast.Attribute) and call.func.attr in WAITS
+                    or isinstance(call.func, ast.Name) and call.func.id in WAIT_FUNCTIONS):
                 args = list(call.args) + [k.value for k in call.keywords]
                 if any(isinstance(a, ast.Constant) and isinstance(a.value, (int, float)) and a.value
                        for a in args):
-                    inline.append((node.name, call.lineno, call.func.attr))
+                    inline.append((node.name, call.lineno, ast.unparse(call.func)))
+        for ret in ast.walk(node):  # a wait computed and returned (daemon_wait)
+            if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Constant) and isinstance(ret.value.value, float):
+                inline.append((node.name, ret.lineno, "return"))
         for arg in node.args.defaults if isinstance(node, ast.FunctionDef) else []:
             if isinstance(arg, ast.Constant) and isinstance(arg.value, float):
                 inline.append((node.name, arg.lineno, "default"))
