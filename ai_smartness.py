@@ -5367,7 +5367,8 @@ def _hook_process(name, project_arg, signal):
         signal.setitimer(signal.ITIMER_REAL, 0)
         if store and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             import traceback
-            store.log.error("hook failed", hook=found.name, error=repr(exc), trace=traceback.format_exc()[-TRACE_CHARS:])
+            store.log.error("hook failed", hook=found.name, error=repr(exc),
+                            trace=traceback.format_exc()[-TRACE_CHARS:])
     return 0
 
 

@@ -48,11 +48,12 @@ def test_the_daemon_and_the_hook_shell_name_their_timeouts_and_sizes():
                     isinstance(call.func, ast.Attribute) and call.func.attr in WAITS
                     or isinstance(call.func, ast.Name) and call.func.id in WAIT_FUNCTIONS):
                 args = list(call.args) + [k.value for k in call.keywords]
-                if any(isinstance(a, ast.Constant) and isinstance(a.value, (int, float)) and a.value
+                if any(isinstance(a, ast.Constant) and isinstance(a.value, (int, float)) and a.value  # 0: off
                        for a in args):
                     inline.append((node.name, call.lineno, ast.unparse(call.func)))
         for ret in ast.walk(node):  # a wait computed and returned (daemon_wait)
-            if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Constant) and isinstance(ret.value.value, float):
+            if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Constant) \
+                    and isinstance(ret.value.value, float):
                 inline.append((node.name, ret.lineno, "return"))
         for arg in node.args.defaults if isinstance(node, ast.FunctionDef) else []:
             if isinstance(arg, ast.Constant) and isinstance(arg.value, float):
