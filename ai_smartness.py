@@ -5482,8 +5482,8 @@ def build_parser():
     # `hook --help` and a missing name get here.
     text = "Claude Code hook entry point (payload on stdin, always exits 0)"
     p = sub.add_parser("hook", help=text, description=text)
-    p.add_argument("name", help="the hook, or the Claude Code event it answers: " +
-                                ", ".join(f"{h.name} ({h.event})" for h in HOOKS.values()))
+    p.add_argument("name", metavar="|".join(HOOKS), help="the hook, or the Claude Code event it answers: " +
+                   ", ".join(f"{h.name} ({h.event})" for h in HOOKS.values()))
     return parser
 
 

@@ -152,7 +152,8 @@ def test_hook_help_lists_the_hooks_of_the_registry_and_exits_0(capsys):
         assert f"{h.name} ({h.event})" in out
 
 
-def test_hook_without_a_name_is_a_usage_error(capsys):
+def test_hook_without_a_name_is_a_usage_error_that_names_the_hooks(capsys):
     with pytest.raises(SystemExit) as exc:
         ai.main(["hook"])
-    assert exc.value.code == 2 and "name" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "required" in err and "|".join(ai.HOOKS) in err
