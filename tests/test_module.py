@@ -28,6 +28,21 @@ def test_no_method_reads_its_own_state_through_getattr_with_a_default():
     assert not found, f"getattr(self, '...', default) at lines {found}"
 
 
+def _self_attrs_set(fn):
+    return {e.attr for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) for e in ast.walk(t)
+            if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self"}
+
+
+@pytest.mark.parametrize("name", ["Daemon", "EmbedAhead", "Memo", "LazyRe", "Log"])
+def test_the_state_of_a_class_is_declared_in_its_init(name):
+    cls = next(n for n in TREE.body if isinstance(n, ast.ClassDef) and n.name == name)
+    methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+    declared = _self_attrs_set(methods["__init__"]) if "__init__" in methods else set()
+    late = {(attr, m) for m, fn in methods.items() if m != "__init__" for attr in _self_attrs_set(fn) - declared}
+    assert not late, late
+
+
 def _defs(names):
     return [n for n in ast.walk(TREE) if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name in names]
 
