@@ -262,6 +262,13 @@ JOURNAL_WAIT_SECONDS, MIN_DAEMON_WAIT = 1.0, 0.1
 CLI_REQUEST_SECONDS, DAEMON_START_SECONDS = 30.0, 120.0
 # What `search` and `threads` list unless told --limit.
 SEARCH_HITS, THREADS_LISTED = 10, 50
+# `health` warns below this share of embedded messages, below this continuation rate once the
+# store has HEALTH_MIN_THREADS threads, and past this many captures waiting in the inbox.
+HEALTH_MIN_COVERAGE, HEALTH_MIN_CONTINUATION, HEALTH_MIN_THREADS, HEALTH_MAX_PENDING = 0.95, 0.2, 10, 50
+# Progress lines `reindex` writes at most (one every 5%).
+REINDEX_PROGRESS_LINES = 20
+# Characters of a CLI error line on stderr.
+ERROR_LINE_CHARS = 300
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -5676,7 +5683,7 @@ def do_reindex(cli, args):
     stop_daemon(cli.store)  # it would keep serving vectors of the old model
 
     def progress(done, total):
-        if done == total or done % max(1, total // 20) == 0:
+        if done == total or done % max(1, total // REINDEX_PROGRESS_LINES) == 0:
             sys.stderr.write(tr("reindex_progress", cli.lang, done=done, total=total) + "\n")
     mem = cli.mem()
     count = mem.reindex(progress)
@@ -5686,19 +5693,19 @@ def do_reindex(cli, args):
 
 def health_report(stats, lang):
     warnings = []
-    if stats["threads"] and stats["embedding_coverage"] < 0.95:
+    if stats["threads"] and stats["embedding_coverage"] < HEALTH_MIN_COVERAGE:
         warnings.append(tr("warn_coverage", lang, pct=round(stats["embedding_coverage"] * 100)))
     if stats["mixed_models"]:
         warnings.append(tr("warn_mixed", lang, models=", ".join(stats["mixed_models"])))
     if stats["quarantined"]:
         warnings.append(tr("warn_quarantine", lang, n=len(stats["quarantined"])))
-    if stats["threads"] >= 10 and stats["continuation_rate"] < 0.2:
+    if stats["threads"] >= HEALTH_MIN_THREADS and stats["continuation_rate"] < HEALTH_MIN_CONTINUATION:
         warnings.append(tr("warn_continuation", lang, pct=round(stats["continuation_rate"] * 100)))
     if stats["stale_temp_files"]:
         warnings.append(tr("warn_stale_temp", lang, n=stats["stale_temp_files"]))
     if stats["dropped_captures"]:
         warnings.append(tr("warn_dropped", lang, n=stats["dropped_captures"]))
-    if stats["inbox_pending"] > 50:
+    if stats["inbox_pending"] > HEALTH_MAX_PENDING:
         warnings.append(tr("warn_inbox", lang, n=stats["inbox_pending"]))
     if stats["embedding_model"] in (HashEmbedder.id, FakeEmbedder.id):
         warnings.append(tr("warn_fallback", lang, model=stats["embedding_model"]))
@@ -5842,7 +5849,7 @@ def fail(exc, code):
     if not isinstance(exc, AiError):
         text = f"{type(exc).__name__}: {text}".rstrip(": ")
     try:
-        sys.stderr.write(f"{APP}: {shorten(text, 300)}\n")
+        sys.stderr.write(f"{APP}: {shorten(text, ERROR_LINE_CHARS)}\n")
     except OSError:
         pass
     return code
