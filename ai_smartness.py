@@ -9,12 +9,12 @@ same turn.
 Usage:
     ai_smartness.py [--project DIR] <command> [options]
 
-    capture [--source S] [--file PATH] [--at ISO|EPOCH] TEXT|-   feed content (the hooks' path)
-    status | health | threads | thread ID | bridges       inspect (all take --json)
-    search QUERY | recall QUERY | context PROMPT           retrieve
+    capture [--source S] [--file PATH] [--at ISO|EPOCH] TEXT|-  feed content (the hooks' path)
+    status | health | threads | thread ID | bridges             inspect (all take --json)
+    search QUERY | recall QUERY | context PROMPT                retrieve
     rules [list|add TEXT|remove N] | forget ID | export | reindex
-    daemon start|stop|status|restart|run                  the background process
-    hook start|inject|pretool|capture|stop|end|precompact Claude Code entry points (stdin JSON)
+    daemon start|stop|status|restart|run                        the background process
+    hook start|inject|pretool|capture|stop|end|precompact       Claude Code's hooks (JSON on stdin)
 
 Life of a capture (a tool result; a prompt or the agent's answer goes the same way):
     1. Claude Code runs `hook capture` with the PostToolUse payload on stdin: a fresh process,
