@@ -9,12 +9,40 @@ same turn.
 Usage:
     ai_smartness.py [--project DIR] <command> [options]
 
-    capture [--source S] [--file PATH] [--at ISO] TEXT|-   feed content (the hooks' path)
-    status | health | threads | thread ID | bridges       inspect (all take --json)
-    search QUERY | recall QUERY | context PROMPT           retrieve
+    capture [--source S] [--file PATH] [--at ISO|EPOCH] TEXT|-  feed content (the hooks' path)
+    status | health | threads | thread ID | bridges             inspect (all take --json)
+    search QUERY | recall QUERY | context PROMPT                retrieve
     rules [list|add TEXT|remove N] | forget ID | export | reindex
-    daemon start|stop|status|restart|run                  the background process
-    hook start|inject|pretool|capture|stop|precompact|end Claude Code entry points (stdin JSON)
+    daemon start|stop|status|restart|run                        the background process
+    hook start|inject|pretool|capture|stop|end|precompact       Claude Code's hooks (JSON on stdin)
+
+Life of a capture (a tool result; a prompt or the agent's answer goes the same way):
+    1. Claude Code runs `hook capture` with the PostToolUse payload on stdin: a fresh process,
+       run_hook() -> _hook_process() reads it under the hook's time budget (SIGALRM).
+    2. parse_payload() checks its fields; shell_answer() hands it to the daemon with request()
+       over .ai/daemon.sock, or answers in-process (answer()) when none is reachable.
+    3. hook_capture(): tool_capture() picks the text, prepare_capture() cleans and redacts it,
+       journal() writes it to .ai/inbox/ (Store.inbox_append()). The hook exits 0, silent.
+    4. In the daemon, Daemon._drain() lists the inbox; EmbedAhead.plan() has the embedding
+       workers compute its vectors ahead, outside the memory lock.
+    5. MemoryWriter.drain_entries() -> MemoryWriter._apply(): decide() continues, forks or
+       reactivates a thread or starts one, and bridges are weighed; MemoryWriter.save() writes
+       db/threads/, db/bridges/ and db/index.json, then the entry leaves the inbox.
+
+Life of a prompt:
+    1. `hook inject` (UserPromptSubmit): shell_answer() journals the prompt first
+       (journal_prompt(): .ai/inbox/, fsynced), so neither a slow daemon nor the budget loses it.
+    2. Daemon.cmd_hook() embeds it ahead of the memory lock (Daemon._embed_query(): that one
+       vector serves its retrieval and its capture), then answers under the lock.
+    3. hook_inject(): detect_rules() keeps the rules the prompt states (user_rules.json);
+       Memory.context() -> Memory.retrieve() ranks messages (lexical and dense scores, thread
+       signals) and render_context() packs the best, and the rules, into inject_budget chars.
+    4. The hook prints it as additional context (context_output()); heartbeat.json notes the
+       turn; the daemon, woken, drains the prompt as any capture.
+    5. No daemon (or one warming up): lexical_memory() answers in the hook process from the
+       lexical index, without the model, and start_daemon() starts one for the next prompt.
+    6. Later `Read(".ai/recall/<query>")`: `hook pretool` -> Memory.recall() -> recall_file()
+       writes .ai/cache/recall/, and the Read is pointed there.
 
 Sections (grep -n '^# ====' for the map):
     1. Constants       2. Errors, helpers, i18n      3. Storage
@@ -97,9 +125,8 @@ MAX_THREAD_MESSAGES = 200
 MAX_SOCKET_PATH = 100
 # The daemon and the hooks refuse requests larger than this.
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
-# Texts in one embedding call of the daemon's workers: per text, two cost a tenth less than
-# one (more gain nothing), and a call this short (0.1 s on one core) soon leaves its core to
-# a prompt.
+# Texts in one embedding call of the daemon's workers: per text, two cost less than one (more
+# gain nothing), and a call this short soon leaves its core to a prompt (bench/README.md).
 EMBED_CHUNK = 2
 # Niceness of the daemon's embedding workers (the rest of the daemon runs at 0).
 WORKER_NICE = 5
@@ -199,6 +226,57 @@ DAEMON_RUNNING, DAEMON_STARTED, DAEMON_RETIRING, DAEMON_REFUSED = "running", "st
 # that file: a field of another type means no daemon to talk to, never a TypeError.
 DAEMON_STATUS_FIELDS = {"pid": (int,), "socket": (str,), "version": (str,), "ready": (bool,),
                         "started_at": (str,), "model": (str, type(None))}
+# -- memos --
+# Keys kept by the memos of time texts, stems and index terms (see Memo): enough for the times
+# and the vocabulary of a large store, bounded against identifiers and numbers.
+TIME_MEMO_KEYS, STEM_MEMO_KEYS, TERM_MEMO_KEYS = 200000, 20000, 100000
+# -- daemon and hooks --
+# How long the daemon's drain waits for the workers to embed its oldest capture before it
+# embeds that one itself.
+EMBED_AHEAD_PATIENCE = 60.0
+# Longest sleep of a daemon thread waiting for work, a wake or a stop (workers, the drain's
+# wait, the accept loop): how soon it notices a stop it was not woken for.
+DAEMON_POLL_SECONDS = 1.0
+# How soon the work loop looks at the inbox without a wake (entries journaled by hooks that
+# found the daemon deaf, a backlog from before it started).
+INBOX_POLL_SECONDS = 0.5
+# Time the daemon gives one connection to send its request and take the answer.
+REQUEST_IO_SECONDS = 10.0
+# Connections the daemon's socket queues before it accepts them.
+SOCKET_BACKLOG = 64
+# Bytes one recv() of the daemon protocol asks for.
+SOCKET_CHUNK_BYTES = 65536
+# The daemon's thread switch interval (Python's default is 5 ms): see Daemon.run.
+GIL_SWITCH_SECONDS = 0.0005
+# The daemon's fixed glibc mmap threshold: see keep_heap_small.
+MMAP_THRESHOLD_BYTES = 128 * 1024
+# Most embedding threads of the daemon, however many cores.
+MAX_EMBED_WORKERS = 4
+# A daemon holding the run lock that refuses connections this long is deaf (daemon_unreachable);
+# one probe's connect timeout, and the pause between probes.
+DEAF_DAEMON_SECONDS, PROBE_TIMEOUT_SECONDS, PROBE_INTERVAL_SECONDS = 2.0, 1.0, 0.1
+# kill_daemon's wait for the process to exit after each signal, and how often it looks.
+KILL_WAIT_SECONDS, EXIT_POLL_SECONDS = 5.0, 0.05
+# Shortest budget timer of a hook, even one whose process start used up its budget: time to
+# log what it was doing.
+MIN_HOOK_TIMER = 0.05
+# Characters of a traceback kept in one log line (its end: where it failed).
+TRACE_CHARS = 2000
+# A hook's wait for a daemon that only journals its capture (milliseconds of work), and the
+# shortest wait hook_budget_ms can set for one that answers from the memory.
+JOURNAL_WAIT_SECONDS, MIN_DAEMON_WAIT = 1.0, 0.1
+# How long a command waits for the daemon's answer (a drain or a search on a large store) before
+# it works in-process, and `daemon start` for a started daemon to load the model and the memory.
+CLI_REQUEST_SECONDS, DAEMON_START_SECONDS = 30.0, 120.0
+# What `search` and `threads` list unless told --limit.
+SEARCH_HITS, THREADS_LISTED = 10, 50
+# `health` warns below this share of embedded messages, below this continuation rate once the
+# store has HEALTH_MIN_THREADS threads, and past this many captures waiting in the inbox.
+HEALTH_MIN_COVERAGE, HEALTH_MIN_CONTINUATION, HEALTH_MIN_THREADS, HEALTH_MAX_PENDING = 0.95, 0.2, 10, 50
+# Progress lines `reindex` writes at most (one every 5%).
+REINDEX_PROGRESS_LINES = 20
+# Characters of a CLI error line on stderr.
+ERROR_LINE_CHARS = 300
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -233,7 +311,7 @@ def is_transient(exc):
 
 class LazyRe:
     """A regex compiled on first use. Compiling every pattern at import cost each hook process
-    about 6 ms (a fifth of a bare interpreter start), and most hooks need none of them."""
+    a good part of a bare interpreter start (bench/README.md), and most hooks need none."""
     __slots__ = ("args", "rx")
 
     def __init__(self, *args):
@@ -245,6 +323,23 @@ class LazyRe:
         return getattr(self.rx, name)
 
 
+class Memo(dict):
+    """key -> fn(key), each answer kept until the memo holds `cap` keys (identifiers, numbers
+    and times make the keys unbounded). A dict subclass: a known key is one C-level lookup,
+    no Python call, which matters on paths that run for every word or time of a load."""
+    __slots__ = ("fn", "cap")
+
+    def __init__(self, fn, cap):
+        super().__init__()
+        self.fn, self.cap = fn, cap
+
+    def __missing__(self, key):
+        out = self.fn(key)
+        if len(self) < self.cap:
+            self[key] = out
+        return out
+
+
 def now_ts():
     return time.time()
 
@@ -252,9 +347,6 @@ def now_ts():
 def iso(ts):
     """Seconds since the epoch -> ISO 8601 UTC with a Z."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
-_TIMES = {}  # stored time text -> epoch seconds: every capture weighs the same bridge times again
 
 
 def parse_time(value):
@@ -266,12 +358,7 @@ def parse_time(value):
         return float(value)
     if not isinstance(value, str):
         return _parse_time_text(value)
-    seconds = _TIMES.get(value)
-    if seconds is None:
-        seconds = _parse_time_text(value)
-        if len(_TIMES) < 200000:
-            _TIMES[value] = seconds
-    return seconds
+    return _TIMES[value]
 
 
 def _parse_time_text(value):
@@ -288,6 +375,10 @@ def _parse_time_text(value):
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed.timestamp()
+
+
+# Stored time text -> epoch seconds: every capture weighs the same bridge times again.
+_TIMES = Memo(_parse_time_text, TIME_MEMO_KEYS)
 
 
 def ts_of(record, key):
@@ -1537,9 +1628,6 @@ def words(text):
             if len(w) > 1 and w not in STOPWORDS]
 
 
-_STEMS = {}  # word -> stem, for the few words of topics and titles
-
-
 def _stem(word):
     out = word
     if len(word) > 3 and not word.isdigit():
@@ -1561,33 +1649,26 @@ def _stem(word):
 
 
 def stem(word):
-    """Light stemming (plural s, -ies, -ing, -ed, doubled consonant, final e): enough for
-    'migrations', 'migrating' and 'migrated' to meet, cheap, and language-agnostic enough.
+    """Light stemming (plural s, -ies, -ing, -ed, doubled consonant, final e): cheap, and
+    language-agnostic enough. Verb forms meet ('migrating' and 'migrated' -> 'migrat'), a noun
+    in -ion keeps it ('migrations' -> 'migration'): retrieval is tuned on these stems.
 
     >>> [stem(w) for w in ("migrations", "migrating", "migrated", "queries", "running", "status", "2024")]
     ['migration', 'migrat', 'migrat', 'query', 'run', 'status', '2024']
     """
-    out = _STEMS.get(word)
-    if out is None:
-        out = _stem(word)
-        if len(_STEMS) < 20000:
-            _STEMS[word] = out
-    return out
+    return _STEMS[word]
 
 
-# word -> its index term, "" when it is not indexed. Loading 20,000 threads tokenizes millions
-# of words from a small vocabulary; identifiers and numbers make it unbounded, hence the cap.
-_TERMS = {}
-_TERMS_MAX = 100000
+_STEMS = Memo(_stem, STEM_MEMO_KEYS)  # word -> stem, for the few words of topics and titles
 
 
 def _term(word):
-    out = _TERMS.get(word)
-    if out is None:
-        out = "" if word in STOPWORDS or (len(word) < 2 and not word.isdigit()) else _stem(word)
-        if len(_TERMS) < _TERMS_MAX:
-            _TERMS[word] = out
-    return out
+    return "" if word in STOPWORDS or (len(word) < 2 and not word.isdigit()) else _stem(word)
+
+
+# word -> its index term, "" when it is not indexed. Loading 20,000 threads tokenizes millions
+# of words from a small vocabulary.
+_TERMS = Memo(_term, TERM_MEMO_KEYS)
 
 
 # ASCII text, the usual case, is split by str.translate: three times faster than a regex.
@@ -1620,7 +1701,7 @@ def terms(text):
         parts = _PART_RE.findall(text) if idents else chains
     got = list(map(_TERMS.get, parts))  # all cached: no Python call per word
     if None in got:
-        got = [_term(w) for w in parts]
+        got = [_TERMS[w] for w in parts]
     out = list(filter(None, got))
     out += idents
     return out
@@ -1856,8 +1937,8 @@ class MiniLMEmbedder:
     tensors read with safetensors, its tokenizer.json with tokenizers, BERT's forward pass in
     a few torch calls (tests/test_minilm.py checks the vectors against encode()'s). The
     libraries around it (transformers imports torch's compiler, sympy and scipy;
-    sentence-transformers adds scikit-learn) cost the daemon 230 MB and seconds of its start,
-    and their per-call wrappers milliseconds of a short query. Any other pipeline goes through
+    sentence-transformers adds scikit-learn) cost the daemon memory and seconds of its start,
+    and their per-call wrappers a good share of a short query (bench/README.md). Any other pipeline goes through
     SentenceTransformer.encode()."""
 
     id = MINILM_ID
@@ -4228,22 +4309,22 @@ def wait_ready(store, timeout):
 def keep_heap_small():
     """glibc raises its mmap threshold to the size of each large block freed, up to 32 MB, so
     the model's activations (a few MB a call) come to live in the heap, which keeps them: the
-    daemon grew by 150 MB over one drain at 20,000 threads. A fixed threshold keeps large
-    blocks in mmap, given back when freed (the daemon then stayed within 20 MB)."""
+    daemon grew over a large drain. A fixed threshold keeps large blocks in mmap, given back
+    when freed (bench/README.md)."""
     try:
         import ctypes
-        ctypes.CDLL(None).mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+        ctypes.CDLL(None).mallopt(-3, MMAP_THRESHOLD_BYTES)  # M_MMAP_THRESHOLD
     except (OSError, AttributeError):
         pass  # not glibc: another allocator, its own policy
 
 
 def embed_workers():
     """Embedding threads of the daemon: one per torch thread group, so a backlog uses every
-    core it may (two streams of one thread beat one of two threads by a quarter)."""
-    return max(1, min(4, (os.cpu_count() or 1) // torch_threads()))
+    core it may (two streams of one thread beat one of two threads: bench/README.md)."""
+    return max(1, min(MAX_EMBED_WORKERS, (os.cpu_count() or 1) // torch_threads()))
 
 
-def daemon_unreachable(store, patience=2.0):
+def daemon_unreachable(store, patience=DEAF_DAEMON_SECONDS):
     """True when a daemon holds the run lock but nothing listens on its socket for
     `patience` seconds (the socket deleted, or never bound). A daemon too busy to answer at
     once is reachable: only a refused or impossible connection counts."""
@@ -4252,7 +4333,7 @@ def daemon_unreachable(store, patience=2.0):
         path = daemon_info(store).get("socket")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(1.0)
+            sock.settimeout(PROBE_TIMEOUT_SECONDS)
             sock.connect(path if isinstance(path, str) and path else socket_path(store))
             send_msg(sock, {"cmd": "ping", "version": VERSION, "args": {}})  # a silent peer would retire it
             return False
@@ -4263,11 +4344,11 @@ def daemon_unreachable(store, patience=2.0):
                 return True
         finally:
             sock.close()
-        time.sleep(0.1)
+        time.sleep(PROBE_INTERVAL_SECONDS)
     return False
 
 
-def kill_daemon(store, timeout=5.0):
+def kill_daemon(store, timeout=KILL_WAIT_SECONDS):
     """End a daemon that cannot be asked to stop: SIGTERM to the pid of daemon.json, then
     SIGKILL; True when the run lock is free."""
     import signal
@@ -4279,7 +4360,7 @@ def kill_daemon(store, timeout=5.0):
             break
         deadline = time.monotonic() + timeout
         while daemon_alive(store) and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(EXIT_POLL_SECONDS)
         if not daemon_alive(store):
             return True
     return not daemon_alive(store)
@@ -4297,7 +4378,7 @@ def recv_msg(sock, limit=MAX_REQUEST_BYTES):
     a socket error or timeout."""
     chunks, size = [], 0
     while True:
-        chunk = sock.recv(65536)
+        chunk = sock.recv(SOCKET_CHUNK_BYTES)
         if not chunk:
             break
         chunks.append(chunk)
@@ -4312,16 +4393,124 @@ def recv_msg(sock, limit=MAX_REQUEST_BYTES):
     return msg
 
 
-class Daemon:
-    """The server: warm memory, a socket, workers embedding the inbox ahead and one thread
-    applying it in order.
+class EmbedAhead:
+    """The daemon's embedding workers and what they share with its work loop.
 
     Embedding is most of a capture's cost, so workers (embed_workers()) run the model at once,
     outside the memory lock, EMBED_CHUNK texts a call; the model is called concurrently (its
-    forward pass is stateless, and the tokenizer's settings are fixed when it loads). The work loop applies the
-    captures whose vectors are ready, in inbox order, up to DRAIN_BATCH at once. A request that
-    needs the memory or the model counts itself in `requests`: workers start no new call and
-    the work loop ends its batch after the current capture until it is served."""
+    forward pass is stateless, and the tokenizer's settings are fixed when it loads). A request
+    that needs the memory or the model is served inside `with ahead:`, which counts it in
+    `requests`: workers start no new call and the work loop ends its batch after the current
+    capture until it is served."""
+
+    def __init__(self, store, stopping):
+        import threading
+        self.store, self.stopping = store, stopping
+        # Guards the rest: `todo`, the texts of the captures to embed, in inbox order; `vectors`
+        # computed for them; texts `claimed` by a worker now; texts whose embedding `failed`
+        # (the drain embeds those itself); `requests` being served.
+        self.cv = threading.Condition()
+        self.todo, self.vectors, self.claimed, self.failed = [], {}, set(), set()
+        self.requests = 0
+
+    def __enter__(self):
+        with self.cv:
+            self.requests += 1
+        return self
+
+    def __exit__(self, *exc):
+        with self.cv:
+            self.requests -= 1
+            self.cv.notify_all()
+        return False
+
+    def start(self, embed):
+        import threading
+        for _ in range(embed_workers()):
+            threading.Thread(target=self._worker, args=(embed,), daemon=True).start()
+
+    def plan(self, texts, paths, cached_vector):
+        """Hand the workers the texts of `paths` (inbox order; None: unreadable) and wait until
+        the oldest can be applied: (how many of the oldest entries, the vectors in). A text
+        already embedded as a prompt's query comes from `cached_vector`."""
+        with self.cv:
+            order = [texts[p] for p in paths if texts[p] is not None]
+            keep = set(order)
+            self.todo = order
+            self.vectors = {t: v for t, v in self.vectors.items() if t in keep}
+            for text in keep.difference(self.vectors):
+                vec = cached_vector(text)
+                if vec is not None:
+                    self.vectors[text] = vec
+            self.failed &= keep
+            self.cv.notify_all()
+            deadline = time.monotonic() + EMBED_AHEAD_PATIENCE
+            while not self.stopping.is_set() and (self.requests or not self._ready(texts, paths)):
+                if time.monotonic() > deadline:
+                    break  # no worker got to it: the drain embeds the oldest one itself
+                self.cv.wait(DAEMON_POLL_SECONDS)
+            return max(1, self._ready(texts, paths)), dict(self.vectors)
+
+    def vector(self, text):
+        """The vector a worker computed for `text`, or None."""
+        with self.cv:
+            return self.vectors.get(text)
+
+    def clear(self):
+        with self.cv:
+            self.todo, self.vectors, self.failed = [], {}, set()
+
+    def _ready(self, texts, paths):
+        """How many of the oldest entries the drain can take now: leading ones whose vectors are
+        in, that failed (the drain embeds them), or are unreadable (the drain skips them)."""
+        count = 0
+        for path in paths:
+            text = texts[path]
+            if text is not None and text not in self.vectors and text not in self.failed:
+                break
+            count += 1
+        return count
+
+    def _worker(self, embed):
+        """Embeds the next unclaimed texts of `todo`, EMBED_CHUNK at a time, or fewer so that
+        a short backlog is shared by all workers; no new call while a request is served."""
+        import threading
+        try:
+            # Below the work loop and the request threads: they get a core the moment they need
+            # one, and the model takes whatever is left.
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
+        except (OSError, AttributeError):
+            pass
+        share = embed_workers()
+        while not self.stopping.is_set():
+            with self.cv:
+                free = []
+                if not self.requests:
+                    free = [t for t in dict.fromkeys(self.todo)
+                            if t not in self.vectors and t not in self.claimed and t not in self.failed]
+                if not free:
+                    self.cv.wait(DAEMON_POLL_SECONDS)
+                    continue
+                chunk = free[:min(EMBED_CHUNK, max(1, len(free) // share))]
+                self.claimed.update(chunk)
+            vecs = None
+            try:
+                vecs = embed(chunk)
+            except Exception as exc:  # the drain embeds these itself and handles the failure
+                self.store.log.error("embedding ahead failed", error=repr(exc))
+            with self.cv:
+                self.claimed.difference_update(chunk)
+                if vecs is None:
+                    self.failed.update(chunk)
+                else:
+                    self.vectors.update(zip(chunk, vecs))
+                self.cv.notify_all()
+
+
+class Daemon:
+    """The server: warm memory, a socket, workers embedding the inbox ahead (EmbedAhead) and
+    one thread applying it in order: the work loop applies the captures whose vectors are
+    ready, in inbox order, up to DRAIN_BATCH at once."""
 
     def __init__(self, project):
         import threading
@@ -4332,19 +4521,14 @@ class Daemon:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         # A hook waits for its capture to be journaled. Here no fsync: the file outlives any
         # process crash, the worker stores it (fsynced records) within moments, and the fsync
-        # was 4 ms of a ~30 ms hook on the reference machine.
+        # was a large share of a hook's time (bench/README.md).
         self.store.inbox_sync = False
         self.mem = None
         self.ready = False
         self.lock = threading.Lock()  # one memory operation at a time
-        # Guards what the work loop and the embedding workers share: `todo`, the texts of the
-        # captures to embed, in inbox order; `vectors` computed for them; texts `claimed` by a
-        # worker now; texts whose embedding `failed` (drain() embeds those itself); `requests`.
-        self.embed_cv = threading.Condition()
-        self.todo, self.vectors, self.claimed, self.failed = [], {}, set(), set()
-        self.requests = 0
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        self.ahead = EmbedAhead(self.store, self.stopping)
         self.last_request = time.monotonic()
         self.started = time.time()
         self.processed = 0
@@ -4355,16 +4539,15 @@ class Daemon:
         self.config_id = None  # (mtime_ns, size, st_ino) of the config.json the memory uses
 
     def run(self):
-        import threading
         lock_fd = self._take_lock()
         if lock_fd is None:
             self.store.log.info("daemon already running; exiting")
             return 0
         keep_heap_small()
         # The model's threads take the GIL back after every torch call; while the work loop
-        # runs Python, each such call waited up to the 5 ms default for it: embedding ran at
-        # 11 captures/s instead of 14 beside a thread busy half the time (bench numbers).
-        sys.setswitchinterval(0.0005)
+        # runs Python, each such call waited up to the 5 ms default for it, which slowed
+        # embedding beside a busy thread (bench/README.md).
+        sys.setswitchinterval(GIL_SWITCH_SECONDS)
         self.store.remove_stale_temp_files()  # ours alone run now: any older one was killed
         Store._unlink(self.socket)
         self._bind()
@@ -4393,8 +4576,8 @@ class Daemon:
         finally:
             os.umask(old_umask)
         os.chmod(self.socket, 0o600)
-        server.listen(64)
-        server.settimeout(1.0)
+        server.listen(SOCKET_BACKLOG)
+        server.settimeout(DAEMON_POLL_SECONDS)
         st = os.lstat(self.socket)
         old, self.server, self.socket_id = self.server, server, (st.st_dev, st.st_ino)
         if old is not None:
@@ -4459,7 +4642,6 @@ class Daemon:
             "model": self.mem.embedder.id if self.mem and self.mem.embedder else None})
 
     def _warm(self):
-        import threading
         t0 = time.monotonic()
         self._refresh_config()  # the config the memory is about to read
         mem = Memory(self.store.dir)
@@ -4469,8 +4651,7 @@ class Daemon:
         mem.write_index()
         mem.candidates(mem.query_vector("warm up"))  # the model's first call, and numpy's
         self.mem = mem
-        for _ in range(embed_workers()):
-            threading.Thread(target=self._embed_worker, daemon=True).start()
+        self.ahead.start(mem.embedder.embed)
         self.ready = True
         self._write_status()
         self.store.log.info("daemon ready", seconds=round(time.monotonic() - t0, 2), threads=len(mem.threads),
@@ -4486,13 +4667,13 @@ class Daemon:
                 break
             # Hooks wake the worker; the timeout picks up entries journaled without a wake
             # (hooks that found the daemon deaf, a backlog from before it started) within moments.
-            self.wake.wait(timeout=0.5)
+            self.wake.wait(timeout=INBOX_POLL_SECONDS)
             self.wake.clear()
 
     def _idle_limit(self):
         cfg = self.mem.cfg if self.mem is not None else self.store.config()
         try:
-            return float(cfg.get("daemon_idle_seconds", 1800))
+            return float(cfg.get("daemon_idle_seconds", DEFAULT_CONFIG["daemon_idle_seconds"]))
         except (TypeError, ValueError):
             return float(DEFAULT_CONFIG["daemon_idle_seconds"])
 
@@ -4513,28 +4694,11 @@ class Daemon:
                 self._retry_later(exc)
                 break
             texts = {p: e["text"] if e else None for p, e in entries.items()}
-            with self.embed_cv:
-                order = [texts[p] for p in paths if texts[p] is not None]
-                keep = set(order)
-                self.todo = order
-                self.vectors = {t: v for t, v in self.vectors.items() if t in keep}
-                for text in keep.difference(self.vectors):  # a prompt embedded as its query already
-                    vec = self.mem.cached_vector(text)
-                    if vec is not None:
-                        self.vectors[text] = vec
-                self.failed &= keep
-                self.embed_cv.notify_all()
-                deadline = time.monotonic() + 60
-                while not self.stopping.is_set() and (self.requests or not self._ready(texts, paths)):
-                    if time.monotonic() > deadline:
-                        break  # no worker got to it: drain() embeds the oldest one itself
-                    self.embed_cv.wait(1.0)
-                batch = max(1, self._ready(texts, paths))
-                vectors = dict(self.vectors)
+            batch, vectors = self.ahead.plan(texts, paths, self.mem.cached_vector)
             with self.lock:
                 try:
                     done, removed = self.mem.drain_entries([(p, entries[p]) for p in paths[:batch]], vectors,
-                                                           pause=lambda: self.requests > 0)
+                                                           pause=lambda: self.ahead.requests > 0)
                 except Exception as exc:  # a daemon that dies here would be restarted by every hook
                     done = self._drain_failed(exc)
                     if done is None:
@@ -4543,58 +4707,10 @@ class Daemon:
                 self.processed += len(done)
             if not removed:
                 break  # nothing was removed (cannot happen but for a failing disk): wait for a wake
-        with self.embed_cv:
-            self.todo, self.vectors, self.failed = [], {}, set()
+        self.ahead.clear()
         if self.mem is not None:
             with self.lock:
                 self.mem.flush_index(force=True)  # the inbox is empty: settle the digest
-
-    def _ready(self, texts, paths):
-        """How many of the oldest entries drain() can take now: leading ones whose vectors are
-        in, that failed (drain() embeds them), or are unreadable (drain() skips them)."""
-        count = 0
-        for path in paths:
-            text = texts[path]
-            if text is not None and text not in self.vectors and text not in self.failed:
-                break
-            count += 1
-        return count
-
-    def _embed_worker(self):
-        """Embeds the next unclaimed texts of `todo`, EMBED_CHUNK at a time, or fewer so that
-        a short backlog is shared by all workers; no new call while a request is served."""
-        import threading
-        try:
-            # Below the work loop and the request threads: they get a core the moment they need
-            # one, and the model takes whatever is left.
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
-        except (OSError, AttributeError):
-            pass
-        embed = self.mem.embedder.embed
-        share = embed_workers()
-        while not self.stopping.is_set():
-            with self.embed_cv:
-                free = []
-                if not self.requests:
-                    free = [t for t in dict.fromkeys(self.todo)
-                            if t not in self.vectors and t not in self.claimed and t not in self.failed]
-                if not free:
-                    self.embed_cv.wait(1.0)
-                    continue
-                chunk = free[:min(EMBED_CHUNK, max(1, len(free) // share))]
-                self.claimed.update(chunk)
-            vecs = None
-            try:
-                vecs = embed(chunk)
-            except Exception as exc:  # drain() embeds these itself and handles the failure
-                self.store.log.error("embedding ahead failed", error=repr(exc))
-            with self.embed_cv:
-                self.claimed.difference_update(chunk)
-                if vecs is None:
-                    self.failed.update(chunk)
-                else:
-                    self.vectors.update(zip(chunk, vecs))
-                self.embed_cv.notify_all()
 
     def _embed_query(self, query, prompt):
         """Embed a request's query ahead of the memory lock. A prompt is embedded as the text its
@@ -4602,16 +4718,12 @@ class Daemon:
         if not isinstance(query, str) or not query.strip():
             return
         text = clean_for_storage(query) if prompt else query
-        with self.embed_cv:
-            ahead = self.vectors.get(text)  # a worker embedded its journaled capture already
+        ahead = self.ahead.vector(text)  # a worker embedded its journaled capture already
         if ahead is not None:
             self.mem.remember_vector(text, ahead)
         vec = self.mem.query_vector(text)
         if vec is not None and text != query:
             self.mem.remember_vector(query, vec)
-
-    def _serving(self):
-        return _Serving(self)
 
     def _drain_failed(self, exc):
         """A batch raised. The memory may be half-updated: reload it from disk. A transient I/O
@@ -4623,7 +4735,7 @@ class Daemon:
         self.mem.loaded = False
         if is_transient(exc):
             return self._retry_later(exc)
-        self.store.log.error("drain failed", error=repr(exc), trace=traceback.format_exc()[-2000:])
+        self.store.log.error("drain failed", error=repr(exc), trace=traceback.format_exc()[-TRACE_CHARS:])
         first = self.store.inbox_pending()[:1]
         try:
             return self.mem.drain(batch=1, once=True)
@@ -4661,7 +4773,7 @@ class Daemon:
 
     def _serve(self, conn):
         try:
-            conn.settimeout(10.0)
+            conn.settimeout(REQUEST_IO_SECONDS)
             req = recv_msg(conn, MAX_REQUEST_BYTES)
             self.last_request = time.monotonic()
             args = req.get("args")
@@ -4718,7 +4830,7 @@ class Daemon:
         if not self.ready:
             return {"error": DAEMON_WARMING}
         self._refresh_config()
-        with self._serving():
+        with self.ahead:
             # The query's embedding needs only the model: computed before taking the memory
             # lock, a prompt that comes during a drain waits for one capture's apply, not a batch.
             query = payload.get("prompt") if name == "inject" else recall_query(payload, os.path.dirname(self.store.dir))
@@ -4730,18 +4842,18 @@ class Daemon:
     def _locked(self, fn, *args, **kw):
         if not self.ready:
             return {"error": DAEMON_WARMING}
-        with self._serving(), self.lock:
+        with self.ahead, self.lock:
             return {"ok": True, "result": fn(*args, **kw)}
 
     def cmd_drain(self):
         if not self.ready:
             return {"error": DAEMON_WARMING}
-        with self._serving(), self.lock:
+        with self.ahead, self.lock:
             done = self.mem.drain()
         self.processed += len(done)
         return {"ok": True, "processed": len(done)}
 
-    def cmd_search(self, query, limit=10):
+    def cmd_search(self, query, limit=SEARCH_HITS):
         return self._locked(self.mem.search, query, limit)
 
     def cmd_recall(self, query):
@@ -4752,24 +4864,6 @@ class Daemon:
 
     def cmd_stats(self):
         return self._locked(self.mem.stats)
-
-
-class _Serving:
-    """A request that needs the memory or the model, counted in Daemon.requests while it runs."""
-
-    def __init__(self, daemon):
-        self.daemon = daemon
-
-    def __enter__(self):
-        with self.daemon.embed_cv:
-            self.daemon.requests += 1
-        return self
-
-    def __exit__(self, *exc):
-        with self.daemon.embed_cv:
-            self.daemon.requests -= 1
-            self.daemon.embed_cv.notify_all()
-        return False
 
 
 # ==== 9. Hooks ====
@@ -5306,7 +5400,7 @@ def _hook_process(name, project_arg, signal):
         return 0  # unknown, or started by ai_smartness itself: capturing it would loop
     BUDGET.update(defer=found.name in JOURNAL_FIRST, expired=False)
     signal.signal(signal.SIGALRM, on_budget_alarm)
-    signal.setitimer(signal.ITIMER_REAL, max(0.05, found.budget - age))
+    signal.setitimer(signal.ITIMER_REAL, max(MIN_HOOK_TIMER, found.budget - age))
     store = None
     try:
         raw = sys.stdin.buffer.read(MAX_HOOK_INPUT + 1)
@@ -5330,7 +5424,8 @@ def _hook_process(name, project_arg, signal):
         signal.setitimer(signal.ITIMER_REAL, 0)
         if store and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             import traceback
-            store.log.error("hook failed", hook=found.name, error=repr(exc), trace=traceback.format_exc()[-2000:])
+            store.log.error("hook failed", hook=found.name, error=repr(exc),
+                            trace=traceback.format_exc()[-TRACE_CHARS:])
     return 0
 
 
@@ -5364,9 +5459,9 @@ def shell_answer(found, payload, store, project):
 def daemon_wait(store, found):
     """How long a hook waits for the daemon's answer before answering in-process."""
     if not found.needs_memory:
-        return 1.0  # journaling a capture takes the daemon milliseconds
+        return JOURNAL_WAIT_SECONDS
     try:
-        return max(0.1, float(store.config()["hook_budget_ms"]) / 1000.0)
+        return max(MIN_DAEMON_WAIT, float(store.config()["hook_budget_ms"]) / 1000.0)
     except (TypeError, ValueError, KeyError):
         return DEFAULT_CONFIG["hook_budget_ms"] / 1000.0
 
@@ -5416,7 +5511,7 @@ def build_parser():
     cmd("status", do_status, "one-screen summary")
     p = cmd("threads", do_threads, "list threads")
     p.add_argument("--status", default="active", choices=STATUSES + ("all",))
-    p.add_argument("--limit", type=count, default=50)
+    p.add_argument("--limit", type=count, default=THREADS_LISTED)
     p = cmd("thread", do_thread, "show one thread")
     p.add_argument("id")
     p = cmd("bridges", do_bridges, "list bridges")
@@ -5424,7 +5519,7 @@ def build_parser():
     p.add_argument("--type", choices=BRIDGE_TYPES)
     p = cmd("search", do_search, "ranked messages for a query")
     p.add_argument("query")
-    p.add_argument("--limit", type=count, default=10)
+    p.add_argument("--limit", type=count, default=SEARCH_HITS)
     p = cmd("recall", do_recall, "the text Read(\".ai/recall/<query>\") returns")
     p.add_argument("query")
     p = cmd("context", do_context, "the memory `hook inject` adds to a prompt")
@@ -5440,9 +5535,12 @@ def build_parser():
     cmd("health", do_health, "memory health metrics with warnings")
     p = cmd("daemon", do_daemon, "the background process: start | stop | status | restart | run")
     p.add_argument("action", choices=("start", "stop", "status", "restart", "run"))
-    # Never dispatched from here: main() hands `hook NAME` to run_hook before argparse.
-    p = sub.add_parser("hook", help="Claude Code hook entry point (payload on stdin, always exits 0)")
-    p.add_argument("name", help="start | inject | pretool | capture | stop | precompact | end")
+    # Never dispatched from here: main() hands `hook NAME` to run_hook before argparse; only
+    # `hook --help` and a missing name get here.
+    text = "Claude Code hook entry point (payload on stdin, always exits 0)"
+    p = sub.add_parser("hook", help=text, description=text)
+    p.add_argument("name", metavar="|".join(HOOKS), help="the hook, or the Claude Code event it answers: " +
+                   ", ".join(f"{h.name} ({h.event})" for h in HOOKS.values()))
     return parser
 
 
@@ -5470,7 +5568,7 @@ class Cli:
         """Ask a warm daemon; None when there is none (the caller works in-process)."""
         if not daemon_alive(self.store):
             return None
-        reply = request(self.store, cmd, timeout=30.0, **kw)
+        reply = request(self.store, cmd, timeout=CLI_REQUEST_SECONDS, **kw)
         return reply if reply.get("ok") else None
 
     def mem(self):
@@ -5636,7 +5734,7 @@ def do_reindex(cli, args):
     stop_daemon(cli.store)  # it would keep serving vectors of the old model
 
     def progress(done, total):
-        if done == total or done % max(1, total // 20) == 0:
+        if done == total or done % max(1, total // REINDEX_PROGRESS_LINES) == 0:
             sys.stderr.write(tr("reindex_progress", cli.lang, done=done, total=total) + "\n")
     mem = cli.mem()
     count = mem.reindex(progress)
@@ -5646,19 +5744,19 @@ def do_reindex(cli, args):
 
 def health_report(stats, lang):
     warnings = []
-    if stats["threads"] and stats["embedding_coverage"] < 0.95:
+    if stats["threads"] and stats["embedding_coverage"] < HEALTH_MIN_COVERAGE:
         warnings.append(tr("warn_coverage", lang, pct=round(stats["embedding_coverage"] * 100)))
     if stats["mixed_models"]:
         warnings.append(tr("warn_mixed", lang, models=", ".join(stats["mixed_models"])))
     if stats["quarantined"]:
         warnings.append(tr("warn_quarantine", lang, n=len(stats["quarantined"])))
-    if stats["threads"] >= 10 and stats["continuation_rate"] < 0.2:
+    if stats["threads"] >= HEALTH_MIN_THREADS and stats["continuation_rate"] < HEALTH_MIN_CONTINUATION:
         warnings.append(tr("warn_continuation", lang, pct=round(stats["continuation_rate"] * 100)))
     if stats["stale_temp_files"]:
         warnings.append(tr("warn_stale_temp", lang, n=stats["stale_temp_files"]))
     if stats["dropped_captures"]:
         warnings.append(tr("warn_dropped", lang, n=stats["dropped_captures"]))
-    if stats["inbox_pending"] > 50:
+    if stats["inbox_pending"] > HEALTH_MAX_PENDING:
         warnings.append(tr("warn_inbox", lang, n=stats["inbox_pending"]))
     if stats["embedding_model"] in (HashEmbedder.id, FakeEmbedder.id):
         warnings.append(tr("warn_fallback", lang, model=stats["embedding_model"]))
@@ -5729,7 +5827,7 @@ def do_daemon(cli, args):
             state = start_daemon(store, cli.project)
         if state == DAEMON_REFUSED:
             raise DaemonError("no private folder for the daemon socket (see the log)")
-        ready = wait_ready(store, 120.0)
+        ready = wait_ready(store, DAEMON_START_SECONDS)
         if not ready:
             raise DaemonError(tr("daemon_not_ready", lang))
         info = request(store, "status")
@@ -5773,7 +5871,7 @@ def main(argv=None):
     project = None
     if len(argv) >= 2 and argv[0] == "--project":
         project, argv = argv[1], argv[2:]
-    if len(argv) == 2 and argv[0] == "hook":
+    if len(argv) == 2 and argv[0] == "hook" and not argv[1].startswith("-"):
         return run_hook(argv[1], project)
     args = build_parser().parse_args(([] if project is None else ["--project", project]) + glue_option_values(argv))
     if args.command == "hook":
@@ -5802,7 +5900,7 @@ def fail(exc, code):
     if not isinstance(exc, AiError):
         text = f"{type(exc).__name__}: {text}".rstrip(": ")
     try:
-        sys.stderr.write(f"{APP}: {shorten(text, 300)}\n")
+        sys.stderr.write(f"{APP}: {shorten(text, ERROR_LINE_CHARS)}\n")
     except OSError:
         pass
     return code
