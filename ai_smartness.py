@@ -141,6 +141,10 @@ TOOL_ORIGINS = {
 }
 RECALL_DIR = "recall"  # .ai/recall/<query> is the virtual path the model reads
 # -- storage --
+# Generations db/state.json remembers, and the ids one of them may list before it says "reload
+# everything" instead.
+STATE_CHANGES = 200
+STATE_CHANGE_IDS = 500
 # OSError numbers that say "the machine, not the record": whatever failed with one is retried
 # later, never quarantined.
 TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EAGAIN,
@@ -180,7 +184,19 @@ BASE_POOL = 300
 RECALL_MIN_SIMILARITY = 0.2
 # Query texts whose embedding is kept: a prompt's capture reuses its query's vector.
 QUERY_CACHE_SIZE = 16
-# -- hooks and daemon --
+# -- hook payloads and daemon states --
+# Longest string and list a hook payload keeps (before any other cut): nothing downstream
+# keeps more.
+PAYLOAD_STRING_CHARS, PAYLOAD_LIST_ITEMS = 60000, 500
+# Characters of a recall query (the rest of a long path is not a question).
+RECALL_QUERY_CHARS = 300
+# The session briefing's cuts: a restored synthesis, the hot thread's summary, a synthesis note.
+BRIEF_SYNTHESIS_CHARS, BRIEF_SUMMARY_CHARS, BRIEF_SYNTHESIS_NOTE_CHARS = 300, 160, 250
+# Transcript bytes read from the end: for a synthesis, and for the agent's last answer.
+TRANSCRIPT_TAIL_BYTES, LAST_ANSWER_TAIL_BYTES = 4 * 1024 * 1024, 1024 * 1024
+# A synthesis keeps sentences of this length range, each decision or question cut to
+# SYNTHESIS_ITEM_CHARS, the state of the work to SYNTHESIS_STATE_CHARS.
+SYNTHESIS_SENTENCE_CHARS, SYNTHESIS_ITEM_CHARS, SYNTHESIS_STATE_CHARS = (12, 400), 160, 500
 # What the daemon answers a request that needs the memory while it is still loading: the
 # hook then answers in-process and does not start another daemon.
 DAEMON_WARMING = "warming"
@@ -257,6 +273,10 @@ MAX_EMBED_WORKERS = 4
 DEAF_DAEMON_SECONDS, PROBE_TIMEOUT_SECONDS, PROBE_INTERVAL_SECONDS = 2.0, 1.0, 0.1
 # kill_daemon's wait for the process to exit after each signal, and how often it looks.
 KILL_WAIT_SECONDS, EXIT_POLL_SECONDS = 5.0, 0.05
+# stop_daemon's wait for an asked daemon to exit before SIGTERM, and its grace after SIGTERM.
+STOP_WAIT_SECONDS, TERM_GRACE_SECONDS = 10.0, 0.5
+# A client's default wait for the daemon's answer to one request.
+REQUEST_SECONDS = 2.0
 # Shortest budget timer of a hook, even one whose process start used up its budget: time to
 # log what it was doing.
 MIN_HOOK_TIMER = 0.05
@@ -1202,8 +1222,11 @@ class Store:
         exactly what other processes changed; `hot` is the thread worked on last."""
         state = self.state()
         gen = int(state.get("generation", 0)) + 1
-        changes = [c for c in state.get("changes", []) if isinstance(c, list)][-200:]
-        changes.append([gen, "*" if full else sorted(set(changed_ids))])
+        changes = [c for c in state.get("changes", []) if isinstance(c, list)][-STATE_CHANGES:]
+        ids = set(changed_ids)
+        # A change too large to list is a full reload anyway: listing it would make every
+        # hook that reads the state parse megabytes (F12).
+        changes.append([gen, "*" if full or len(ids) > STATE_CHANGE_IDS else sorted(ids)])
         write_json_atomic(self.state_file,
                           {"schema": SCHEMA, "generation": gen, "changes": changes, "hot_thread": hot})
         return gen
@@ -2733,7 +2756,7 @@ class VectorTable:
 
     def _dots(self, matrix, q):
         # einsum, not @: numpy's own loop on one core. OpenBLAS's threaded product waits for
-        # cores that torch's threads still spin on after an embedding (30 ms instead of 2).
+        # cores that torch's threads still spin on after an embedding (bench/README.md).
         return self.np.einsum("ij,j->i", matrix, q, dtype=self.np.float32)
 
     def cosines(self, qvec):
@@ -3366,8 +3389,8 @@ class MemoryIndex:
             self._quantize_threads()
 
     def _quantize_threads(self):
-        # A store large enough for int16 message vectors holds its centroids so too: 15 MB
-        # at 20,000 threads, for half a millisecond more a query.
+        # A store large enough for int16 message vectors holds its centroids so too: a
+        # quarter of their memory for a negligible cost per query.
         if self.mvec.quantized and not self.tvec.quantized:
             self.tvec.quantize()
 
@@ -3588,7 +3611,7 @@ class MemoryWriter(MemoryIndex):
     def write_index(self):
         """A compact digest of every thread for hooks answering without the daemon. A thread's
         entry stays encoded until the thread or one of its bridges changes (the digest is
-        13 MB at 20,000 threads: encoding it all took half a second under the memory lock)."""
+        megabytes at 20,000 threads: encoding it all would hold the memory lock for long)."""
         started = time.thread_time()
         parts = []
         for tid, t in self.threads.items():
@@ -4210,7 +4233,34 @@ def daemon_alive(store):
     return False
 
 
-def request(store, cmd, timeout=2.0, **args):
+def send_msg(sock, obj):
+    """One message of the daemon protocol: a JSON object on one line. ASCII escapes keep
+    any string (a lone surrogate too) encodable, and put no newline inside the message."""
+    sock.sendall(json.dumps(obj, default=str).encode("ascii") + b"\n")
+
+
+def recv_msg(sock, limit=MAX_REQUEST_BYTES):
+    """The one message on `sock` ({} when the peer closed without a word). Raises
+    ValueError when it is not JSON, not an object or longer than `limit` bytes, OSError on
+    a socket error or timeout."""
+    chunks, size = [], 0
+    while True:
+        chunk = sock.recv(SOCKET_CHUNK_BYTES)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise ValueError("message too large")
+        if chunk.endswith(b"\n"):
+            break
+    msg = json.loads(b"".join(chunks) or b"{}")
+    if not isinstance(msg, dict):
+        raise ValueError("message is not an object")
+    return msg
+
+
+def request(store, cmd, timeout=REQUEST_SECONDS, **args):
     """One request to the daemon. Never raises: failures come back as {"error": ...}. Nothing
     is sent to a socket held by another user's process."""
     sock = None
@@ -4223,17 +4273,8 @@ def request(store, cmd, timeout=2.0, **args):
         if uid is not None and uid != os.getuid():
             store.log.error("daemon socket held by another user; nothing sent", socket=path, uid=uid)
             return {"error": f"socket held by uid {uid}"}
-        sock.sendall(json.dumps({"cmd": cmd, "version": VERSION, "args": args}).encode() + b"\n")
-        chunks = []
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            if chunk.endswith(b"\n"):
-                break
-        reply = json.loads(b"".join(chunks) or b"{}")
-        return reply if isinstance(reply, dict) else {"error": "bad reply"}
+        send_msg(sock, {"cmd": cmd, "version": VERSION, "args": args})
+        return recv_msg(sock)
     except (OSError, ValueError, AiError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     finally:
@@ -4251,7 +4292,7 @@ def start_daemon(store, project):
     except OSError:
         os.close(fd)
         if daemon_info(store).get("version") not in (None, VERSION):
-            request(store, "stop", timeout=1.0)
+            request(store, "stop", timeout=PROBE_TIMEOUT_SECONDS)
             return DAEMON_RETIRING
         return DAEMON_RUNNING
     try:
@@ -4276,16 +4317,17 @@ def start_daemon(store, project):
         os.close(fd)  # the child keeps the lock through its inherited copy
 
 
-def stop_daemon(store, timeout=10.0):
-    """Ask the daemon to exit, then make sure it did; True when none is left."""
+def stop_daemon(store, timeout=STOP_WAIT_SECONDS):
+    """Ask the daemon to exit, then make sure it did (SIGTERM after `timeout`); True when none
+    is left."""
     if not daemon_alive(store):
         return True
-    request(store, "stop", timeout=2.0)
+    request(store, "stop", timeout=PROBE_TIMEOUT_SECONDS)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not daemon_alive(store):
             return True
-        time.sleep(0.05)
+        time.sleep(EXIT_POLL_SECONDS)
     pid = daemon_info(store).get("pid")
     if pid:
         import signal
@@ -4293,16 +4335,17 @@ def stop_daemon(store, timeout=10.0):
             os.kill(pid, signal.SIGTERM)
         except OSError:
             pass
-        time.sleep(0.5)
+        time.sleep(TERM_GRACE_SECONDS)
     return not daemon_alive(store)
 
 
 def wait_ready(store, timeout):
+    """True once the daemon answers that its model and memory are loaded, False at `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if request(store, "ping", timeout=1.0).get("ready"):
+        if request(store, "ping", timeout=PROBE_TIMEOUT_SECONDS).get("ready"):
             return True
-        time.sleep(0.1)
+        time.sleep(PROBE_INTERVAL_SECONDS)
     return False
 
 
@@ -4364,33 +4407,6 @@ def kill_daemon(store, timeout=KILL_WAIT_SECONDS):
         if not daemon_alive(store):
             return True
     return not daemon_alive(store)
-
-
-def send_msg(sock, obj):
-    """One message of the daemon protocol: a JSON object on one line. ASCII escapes keep
-    any string (a lone surrogate too) encodable, and put no newline inside the message."""
-    sock.sendall(json.dumps(obj, default=str).encode("ascii") + b"\n")
-
-
-def recv_msg(sock, limit=MAX_REQUEST_BYTES):
-    """The one message on `sock` ({} when the peer closed without a word). Raises
-    ValueError when it is not JSON, not an object or longer than `limit` bytes, OSError on
-    a socket error or timeout."""
-    chunks, size = [], 0
-    while True:
-        chunk = sock.recv(SOCKET_CHUNK_BYTES)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            raise ValueError("message too large")
-        if chunk.endswith(b"\n"):
-            break
-    msg = json.loads(b"".join(chunks) or b"{}")
-    if not isinstance(msg, dict):
-        raise ValueError("message is not an object")
-    return msg
 
 
 class EmbedAhead:
@@ -4992,7 +5008,7 @@ def recall_query(payload, project):
     query = redact(unquote(path[at + len(marker):])).replace("/", " ").strip()  # redacted before any cut
     if query.endswith((".md", ".txt")):
         query = query.rsplit(".", 1)[0]
-    return query[:300] or None
+    return query[:RECALL_QUERY_CHARS] or None
 
 
 def own_file(payload, data_dir):
@@ -5037,12 +5053,12 @@ def hook_start(store, payload, mem):
     synth = latest_synthesis(store)
     hot = hot_thread(store)
     if payload.get("source") == "compact" and synth:
-        lines.append(tr("brief_restored", lang, text=shorten(synth.get("text", ""), 300)))
+        lines.append(tr("brief_restored", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_CHARS)))
     elif hot:
         lines.append(tr("brief_hot", lang, title=hot["title"], topics=", ".join(hot.get("topics", [])[:4]),
-                        summary=shorten(hot.get("summary", ""), 160)))
+                        summary=shorten(hot.get("summary", ""), BRIEF_SUMMARY_CHARS)))
     elif synth:
-        lines.append(tr("brief_synthesis", lang, text=shorten(synth.get("text", ""), 250)))
+        lines.append(tr("brief_synthesis", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_NOTE_CHARS)))
     budget = cfg["briefing_budget"]
     text = lines[0]
     for line in lines[1:]:
@@ -5183,7 +5199,7 @@ _OPEN_RE = LazyRe(r"\?\s*$|\b(todo|to do|open question|next step|not yet|remaini
                       r"à faire|reste à|pendiente|falta)\b", re.I)
 
 
-def transcript_texts(path, max_bytes=4 * 1024 * 1024):
+def transcript_texts(path, max_bytes=TRANSCRIPT_TAIL_BYTES):
     """(role, text) of the main conversation, from the end of a transcript. The format is
     internal to Claude Code: unknown records and unreadable lines are skipped."""
     out = []
@@ -5223,7 +5239,7 @@ def transcript_texts(path, max_bytes=4 * 1024 * 1024):
 
 
 def last_assistant_text(path):
-    for role, text in reversed(transcript_texts(path, 1024 * 1024)):
+    for role, text in reversed(transcript_texts(path, LAST_ANSWER_TAIL_BYTES)):
         if role == "assistant":
             return text
     return ""
@@ -5236,7 +5252,7 @@ def build_synthesis(texts, threads, now, trigger=None, instructions=None, sessio
     for role, text in texts:
         for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
             sentence = sentence.strip(" -*#")
-            if not 12 <= len(sentence) <= 400:
+            if not SYNTHESIS_SENTENCE_CHARS[0] <= len(sentence) <= SYNTHESIS_SENTENCE_CHARS[1]:
                 continue
             if _DECISION_RE.search(sentence):
                 decisions.append(sentence)
@@ -5248,14 +5264,14 @@ def build_synthesis(texts, threads, now, trigger=None, instructions=None, sessio
               if t.get("status") == "active"]
     doc = {"schema": SCHEMA, "created_at": iso(now), "session_id": session, "trigger": trigger,
            "custom_instructions": instructions, "decisions": decisions[-8:], "open_questions": questions[-6:],
-           "state": shorten(state, 500), "threads": active}
+           "state": shorten(state, SYNTHESIS_STATE_CHARS), "threads": active}
     parts = []
     if doc["decisions"]:
-        parts.append("Decisions: " + "; ".join(shorten(d, 160) for d in doc["decisions"]))
+        parts.append("Decisions: " + "; ".join(shorten(d, SYNTHESIS_ITEM_CHARS) for d in doc["decisions"]))
     if doc["open_questions"]:
-        parts.append("Open: " + "; ".join(shorten(q, 140) for q in doc["open_questions"]))
+        parts.append("Open: " + "; ".join(shorten(q, SYNTHESIS_ITEM_CHARS) for q in doc["open_questions"]))
     if doc["state"]:
-        parts.append("State: " + shorten(doc["state"], 300))
+        parts.append("State: " + shorten(doc["state"], BRIEF_SYNTHESIS_CHARS))
     if active:
         parts.append("Threads: " + "; ".join(f"{t['title']} ({', '.join(t['topics'])})" for t in active))
     doc["text"] = "\n".join(parts)
@@ -5278,7 +5294,7 @@ def latest_synthesis(store):
     return store.latest_synthesis()
 
 
-def trim_strings(value, limit=60000):
+def trim_strings(value, limit=PAYLOAD_STRING_CHARS):
     """Cut every long string of a payload: nothing downstream keeps more than `limit`. A string
     is redacted before its cut, so no cut leaves a piece of a secret (one short enough to keep
     whole is redacted where it is used). Keys are redacted and cleaned too; lone surrogates
@@ -5294,7 +5310,7 @@ def trim_strings(value, limit=60000):
     if isinstance(value, dict):
         return {trim_strings(redact(str(k)), limit): trim_strings(v, limit) for k, v in value.items()}
     if isinstance(value, list):
-        return [trim_strings(v, limit) for v in value[:500]]
+        return [trim_strings(v, limit) for v in value[:PAYLOAD_LIST_ITEMS]]
     return value
 
 
@@ -5782,9 +5798,7 @@ def dropped_captures(store):
 
 def do_health(cli, args):
     stats, served = cli.served("stats", lambda: cli.mem().stats())
-    # Temp files of killed writers (Store.stale_temp_files lists them, where the store has it).
-    stale = getattr(cli.store, "stale_temp_files", None)
-    stats = dict(stats, stale_temp_files=len(stale()) if stale else 0,
+    stats = dict(stats, stale_temp_files=len(cli.store.stale_temp_files()),  # left by killed writers
                  dropped_captures=dropped_captures(cli.store))
     hb = cli.store.heartbeat()
     daemon = {"running": daemon_alive(cli.store), "served_by": served,
