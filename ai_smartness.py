@@ -9,12 +9,40 @@ same turn.
 Usage:
     ai_smartness.py [--project DIR] <command> [options]
 
-    capture [--source S] [--file PATH] [--at ISO] TEXT|-   feed content (the hooks' path)
-    status | health | threads | thread ID | bridges       inspect (all take --json)
-    search QUERY | recall QUERY | context PROMPT           retrieve
+    capture [--source S] [--file PATH] [--at ISO|EPOCH] TEXT|-  feed content (the hooks' path)
+    status | health | threads | thread ID | bridges             inspect (all take --json)
+    search QUERY | recall QUERY | context PROMPT                retrieve
     rules [list|add TEXT|remove N] | forget ID | export | reindex
-    daemon start|stop|status|restart|run                  the background process
-    hook start|inject|pretool|capture|stop|precompact|end Claude Code entry points (stdin JSON)
+    daemon start|stop|status|restart|run                        the background process
+    hook start|inject|pretool|capture|stop|end|precompact       Claude Code's hooks (JSON on stdin)
+
+Life of a capture (a tool result; a prompt or the agent's answer goes the same way):
+    1. Claude Code runs `hook capture` with the PostToolUse payload on stdin: a fresh process,
+       run_hook() -> _hook_process() reads it under the hook's time budget (SIGALRM).
+    2. parse_payload() checks its fields; shell_answer() hands it to the daemon with request()
+       over .ai/daemon.sock, or answers in-process (answer()) when none is reachable.
+    3. hook_capture(): tool_capture() picks the text, prepare_capture() cleans and redacts it,
+       journal() writes it to .ai/inbox/ (Store.inbox_append()). The hook exits 0, silent.
+    4. In the daemon, Daemon._drain() lists the inbox; EmbedAhead.plan() has the embedding
+       workers compute its vectors ahead, outside the memory lock.
+    5. MemoryWriter.drain_entries() -> MemoryWriter._apply(): decide() continues, forks or
+       reactivates a thread or starts one, and bridges are weighed; MemoryWriter.save() writes
+       db/threads/, db/bridges/ and db/index.json, then the entry leaves the inbox.
+
+Life of a prompt:
+    1. `hook inject` (UserPromptSubmit): shell_answer() journals the prompt first
+       (journal_prompt(): .ai/inbox/, fsynced), so neither a slow daemon nor the budget loses it.
+    2. Daemon.cmd_hook() embeds it ahead of the memory lock (Daemon._embed_query(): that one
+       vector serves its retrieval and its capture), then answers under the lock.
+    3. hook_inject(): detect_rules() keeps the rules the prompt states (user_rules.json);
+       Memory.context() -> Memory.retrieve() ranks messages (lexical and dense scores, thread
+       signals) and render_context() packs the best, and the rules, into inject_budget chars.
+    4. The hook prints it as additional context (context_output()); heartbeat.json notes the
+       turn; the daemon, woken, drains the prompt as any capture.
+    5. No daemon (or one warming up): lexical_memory() answers in the hook process from the
+       lexical index, without the model, and start_daemon() starts one for the next prompt.
+    6. Later `Read(".ai/recall/<query>")`: `hook pretool` -> Memory.recall() -> recall_file()
+       writes .ai/cache/recall/, and the Read is pointed there.
 
 Sections (grep -n '^# ====' for the map):
     1. Constants       2. Errors, helpers, i18n      3. Storage
@@ -97,9 +125,8 @@ MAX_THREAD_MESSAGES = 200
 MAX_SOCKET_PATH = 100
 # The daemon and the hooks refuse requests larger than this.
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
-# Texts in one embedding call of the daemon's workers: per text, two cost a tenth less than
-# one (more gain nothing), and a call this short (0.1 s on one core) soon leaves its core to
-# a prompt.
+# Texts in one embedding call of the daemon's workers: per text, two cost less than one (more
+# gain nothing), and a call this short soon leaves its core to a prompt (bench/README.md).
 EMBED_CHUNK = 2
 # Niceness of the daemon's embedding workers (the rest of the daemon runs at 0).
 WORKER_NICE = 5
@@ -114,6 +141,10 @@ TOOL_ORIGINS = {
 }
 RECALL_DIR = "recall"  # .ai/recall/<query> is the virtual path the model reads
 # -- storage --
+# Generations db/state.json remembers, and the ids one of them may list before it says "reload
+# everything" instead.
+STATE_CHANGES = 200
+STATE_CHANGE_IDS = 500
 # OSError numbers that say "the machine, not the record": whatever failed with one is retried
 # later, never quarantined.
 TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EAGAIN,
@@ -153,7 +184,19 @@ BASE_POOL = 300
 RECALL_MIN_SIMILARITY = 0.2
 # Query texts whose embedding is kept: a prompt's capture reuses its query's vector.
 QUERY_CACHE_SIZE = 16
-# -- hooks and daemon --
+# -- hook payloads and daemon states --
+# Longest string and list a hook payload keeps (before any other cut): nothing downstream
+# keeps more.
+PAYLOAD_STRING_CHARS, PAYLOAD_LIST_ITEMS = 60000, 500
+# Characters of a recall query (the rest of a long path is not a question).
+RECALL_QUERY_CHARS = 300
+# The session briefing's cuts: a restored synthesis, the hot thread's summary, a synthesis note.
+BRIEF_SYNTHESIS_CHARS, BRIEF_SUMMARY_CHARS, BRIEF_SYNTHESIS_NOTE_CHARS = 300, 160, 250
+# Transcript bytes read from the end: for a synthesis, and for the agent's last answer.
+TRANSCRIPT_TAIL_BYTES, LAST_ANSWER_TAIL_BYTES = 4 * 1024 * 1024, 1024 * 1024
+# A synthesis keeps sentences of this length range, each decision or question cut to
+# SYNTHESIS_ITEM_CHARS, the state of the work to SYNTHESIS_STATE_CHARS.
+SYNTHESIS_SENTENCE_CHARS, SYNTHESIS_ITEM_CHARS, SYNTHESIS_STATE_CHARS = (12, 400), 160, 500
 # What the daemon answers a request that needs the memory while it is still loading: the
 # hook then answers in-process and does not start another daemon.
 DAEMON_WARMING = "warming"
@@ -191,6 +234,69 @@ CONFIG_RANGES = {
 }
 # Any other number under "thresholds" is a similarity or a share.
 THRESHOLD_RANGE = (0.0, 1.0)
+# -- paths and daemon start --
+# What start_daemon() found or did: a live daemon, a new one, an old version asked to stop, or
+# no safe place for a socket (the caller works without a daemon).
+DAEMON_RUNNING, DAEMON_STARTED, DAEMON_RETIRING, DAEMON_REFUSED = "running", "started", "retiring", "refused"
+# The fields of daemon.json and their types. Anything that can write the data dir can write
+# that file: a field of another type means no daemon to talk to, never a TypeError.
+DAEMON_STATUS_FIELDS = {"pid": (int,), "socket": (str,), "version": (str,), "ready": (bool,),
+                        "started_at": (str,), "model": (str, type(None))}
+# -- memos --
+# Keys kept by the memos of time texts, stems and index terms (see Memo): enough for the times
+# and the vocabulary of a large store, bounded against identifiers and numbers.
+TIME_MEMO_KEYS, STEM_MEMO_KEYS, TERM_MEMO_KEYS = 200000, 20000, 100000
+# -- daemon and hooks --
+# How long the daemon's drain waits for the workers to embed its oldest capture before it
+# embeds that one itself.
+EMBED_AHEAD_PATIENCE = 60.0
+# Longest sleep of a daemon thread waiting for work, a wake or a stop (workers, the drain's
+# wait, the accept loop): how soon it notices a stop it was not woken for.
+DAEMON_POLL_SECONDS = 1.0
+# How soon the work loop looks at the inbox without a wake (entries journaled by hooks that
+# found the daemon deaf, a backlog from before it started).
+INBOX_POLL_SECONDS = 0.5
+# Time the daemon gives one connection to send its request and take the answer.
+REQUEST_IO_SECONDS = 10.0
+# Connections the daemon's socket queues before it accepts them.
+SOCKET_BACKLOG = 64
+# Bytes one recv() of the daemon protocol asks for.
+SOCKET_CHUNK_BYTES = 65536
+# The daemon's thread switch interval (Python's default is 5 ms): see Daemon.run.
+GIL_SWITCH_SECONDS = 0.0005
+# The daemon's fixed glibc mmap threshold: see keep_heap_small.
+MMAP_THRESHOLD_BYTES = 128 * 1024
+# Most embedding threads of the daemon, however many cores.
+MAX_EMBED_WORKERS = 4
+# A daemon holding the run lock that refuses connections this long is deaf (daemon_unreachable);
+# one probe's connect timeout, and the pause between probes.
+DEAF_DAEMON_SECONDS, PROBE_TIMEOUT_SECONDS, PROBE_INTERVAL_SECONDS = 2.0, 1.0, 0.1
+# kill_daemon's wait for the process to exit after each signal, and how often it looks.
+KILL_WAIT_SECONDS, EXIT_POLL_SECONDS = 5.0, 0.05
+# stop_daemon's wait for an asked daemon to exit before SIGTERM, and its grace after SIGTERM.
+STOP_WAIT_SECONDS, TERM_GRACE_SECONDS = 10.0, 0.5
+# A client's default wait for the daemon's answer to one request.
+REQUEST_SECONDS = 2.0
+# Shortest budget timer of a hook, even one whose process start used up its budget: time to
+# log what it was doing.
+MIN_HOOK_TIMER = 0.05
+# Characters of a traceback kept in one log line (its end: where it failed).
+TRACE_CHARS = 2000
+# A hook's wait for a daemon that only journals its capture (milliseconds of work), and the
+# shortest wait hook_budget_ms can set for one that answers from the memory.
+JOURNAL_WAIT_SECONDS, MIN_DAEMON_WAIT = 1.0, 0.1
+# How long a command waits for the daemon's answer (a drain or a search on a large store) before
+# it works in-process, and `daemon start` for a started daemon to load the model and the memory.
+CLI_REQUEST_SECONDS, DAEMON_START_SECONDS = 30.0, 120.0
+# What `search` and `threads` list unless told --limit.
+SEARCH_HITS, THREADS_LISTED = 10, 50
+# `health` warns below this share of embedded messages, below this continuation rate once the
+# store has HEALTH_MIN_THREADS threads, and past this many captures waiting in the inbox.
+HEALTH_MIN_COVERAGE, HEALTH_MIN_CONTINUATION, HEALTH_MIN_THREADS, HEALTH_MAX_PENDING = 0.95, 0.2, 10, 50
+# Progress lines `reindex` writes at most (one every 5%).
+REINDEX_PROGRESS_LINES = 20
+# Characters of a CLI error line on stderr.
+ERROR_LINE_CHARS = 300
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -225,7 +331,7 @@ def is_transient(exc):
 
 class LazyRe:
     """A regex compiled on first use. Compiling every pattern at import cost each hook process
-    about 6 ms (a fifth of a bare interpreter start), and most hooks need none of them."""
+    a good part of a bare interpreter start (bench/README.md), and most hooks need none."""
     __slots__ = ("args", "rx")
 
     def __init__(self, *args):
@@ -237,6 +343,23 @@ class LazyRe:
         return getattr(self.rx, name)
 
 
+class Memo(dict):
+    """key -> fn(key), each answer kept until the memo holds `cap` keys (identifiers, numbers
+    and times make the keys unbounded). A dict subclass: a known key is one C-level lookup,
+    no Python call, which matters on paths that run for every word or time of a load."""
+    __slots__ = ("fn", "cap")
+
+    def __init__(self, fn, cap):
+        super().__init__()
+        self.fn, self.cap = fn, cap
+
+    def __missing__(self, key):
+        out = self.fn(key)
+        if len(self) < self.cap:
+            self[key] = out
+        return out
+
+
 def now_ts():
     return time.time()
 
@@ -244,9 +367,6 @@ def now_ts():
 def iso(ts):
     """Seconds since the epoch -> ISO 8601 UTC with a Z."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
-_TIMES = {}  # stored time text -> epoch seconds: every capture weighs the same bridge times again
 
 
 def parse_time(value):
@@ -258,12 +378,7 @@ def parse_time(value):
         return float(value)
     if not isinstance(value, str):
         return _parse_time_text(value)
-    seconds = _TIMES.get(value)
-    if seconds is None:
-        seconds = _parse_time_text(value)
-        if len(_TIMES) < 200000:
-            _TIMES[value] = seconds
-    return seconds
+    return _TIMES[value]
 
 
 def _parse_time_text(value):
@@ -280,6 +395,10 @@ def _parse_time_text(value):
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed.timestamp()
+
+
+# Stored time text -> epoch seconds: every capture weighs the same bridge times again.
+_TIMES = Memo(_parse_time_text, TIME_MEMO_KEYS)
 
 
 def ts_of(record, key):
@@ -435,6 +554,8 @@ class Log:
 # itself can plant one there, and following it would write, chmod or read outside the
 # project. Folders are opened one component at a time with O_NOFOLLOW and files relative to
 # their folder's descriptor, so nothing can swap a folder between the check and the use.
+# The data dir itself must be a real folder of this user that nobody else may write (see
+# _open_root), checked on the descriptor every access goes through.
 
 _DATA_DIRS = set()  # the data dirs of this process's Stores: below them no symlink is followed
 
@@ -449,22 +570,49 @@ def _data_root(path):
     return path
 
 
+class UnsafeDataDir(AiError, OSError):
+    """The data dir is a symlink, or a folder another user owns or may write: whatever is in
+    it may have been planted (rules injected into every prompt, a config), and whoever can
+    swap it receives what we write. Refused whole; an OSError, so a hook fails open as on
+    any I/O error, and an AiError, so the CLI says this one line."""
+
+    def __init__(self, path, why):
+        super().__init__(f"data dir refused: {path} {why} (see README, Security)")
+
+
+def _open_root(root):
+    """A descriptor of data dir `root`, else UnsafeDataDir. The checks are made on the
+    descriptor the caller then uses, so the folder cannot be swapped between the two."""
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(root):
+            raise UnsafeDataDir(root, "is a symlink") from None
+        raise
+    st = os.fstat(fd)
+    why = (f"belongs to uid {st.st_uid}" if st.st_uid != os.getuid() else
+           "is writable by group or others" if st.st_mode & 0o022 else None)
+    if why:
+        os.close(fd)
+        raise UnsafeDataDir(root, why)
+    return fd
+
+
 def _data_log(root, msg, **fields):
     if root is not None:
-        Log(os.path.join(root, "logs", "ai_smartness.log")).error(msg, **fields)
+        Store(root).log.error(msg, **fields)
 
 
 def open_dir(path, create=True):
-    """A descriptor of folder `path`. Below a data dir every component is opened with
-    O_NOFOLLOW: a missing one is created 0700 (when `create`), a symlink is replaced by a real
-    folder, with a log line. Any other folder is opened as it is."""
+    """A descriptor of folder `path`. In a data dir, the data dir itself must pass _open_root,
+    and every component below it is opened with O_NOFOLLOW: a missing one is created 0700
+    (when `create`), a symlink is replaced by a real folder, with a log line. Any other folder
+    is opened as it is."""
     path = os.path.abspath(path)
     root = _data_root(path)
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-    # The data dir itself may be a link its user made: only what lies below it is checked.
-    fd = os.open(path if root is None else root, flags)
     if root is None:
-        return fd
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = _open_root(root)
     where = root
     try:
         for part in path[len(root):].split(os.sep):
@@ -514,7 +662,14 @@ def make_private_dir(path):
     """Create folder `path` (and its parents) 0700 unless it exists, and make a folder of ours
     0700; never through a symlink."""
     path = os.path.abspath(path)
-    if _data_root(path) in (None, path):
+    root = _data_root(path)
+    if root == path:
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except FileExistsError:
+            pass  # not a folder: _open_root says what it is
+        fd = _open_root(path)
+    elif root is None:
         os.makedirs(path, mode=0o700, exist_ok=True)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -838,16 +993,20 @@ class Store:
         self.recall_dir = os.path.join(self.cache_dir, RECALL_DIR)
         self.index_file = os.path.join(self.db, "index.json")  # the digest
         self.state_file = os.path.join(self.db, "state.json")
+        self.lock_file = os.path.join(self.db, ".lock")
+        self.config_file = os.path.join(self.dir, "config.json")
+        self.rules_file = os.path.join(self.dir, "user_rules.json")
+        self.rules_lock_file = os.path.join(self.dir, "rules.lock")
+        self.heartbeat_file = os.path.join(self.dir, "heartbeat.json")
+        self.heartbeat_lock_file = os.path.join(self.dir, "heartbeat.lock")
         # The daemon's files: status, socket, liveness lock (see section 8) and its stderr.
         self.daemon_file = os.path.join(self.dir, "daemon.json")
         self.socket_file = os.path.join(self.dir, "daemon.sock")
         self.run_lock_file = os.path.join(self.dir, "daemon.run.lock")
         self.daemon_log_file = os.path.join(self.logs_dir, "daemon.log")
-        self.log = Log(os.path.join(self.logs_dir, "ai_smartness.log"))
+        self.log_file = os.path.join(self.logs_dir, "ai_smartness.log")
+        self.log = Log(self.log_file)
         self.inbox_sync = True  # the daemon turns it off: see Daemon.__init__
-
-    def path(self, *parts):
-        return os.path.join(self.dir, *parts)
 
     def folders(self):
         return (self.dir, self.db, self.threads_dir, self.bridges_dir, self.synthesis_dir,
@@ -867,7 +1026,7 @@ class Store:
         return self
 
     def lock(self, timeout=None):
-        return FileLock(os.path.join(self.db, ".lock"), timeout)
+        return FileLock(self.lock_file, timeout)
 
     # -- records --
     def _iter_dir(self, folder, check):
@@ -1007,8 +1166,7 @@ class Store:
         return len(stale)
 
     # -- small documents --
-    def _doc(self, name, default):
-        path = self.path(name)
+    def _doc(self, path, default):
         try:
             return read_json(path)
         except FileNotFoundError:
@@ -1020,31 +1178,31 @@ class Store:
     def config(self):
         """config.json over DEFAULT_CONFIG, each value coerced to its default's type and range
         (one log line per coerced key): a mistyped value must not disable hooks or commands."""
-        cfg = self._doc("config.json", {})
+        cfg = self._doc(self.config_file, {})
         if not isinstance(cfg, dict):
             self.log.error("config coerced", key="(config.json)", reason="not an object")
             cfg = {}
         return coerce_config(DEFAULT_CONFIG, cfg, self.log)
 
     def rules(self):
-        doc = self._doc("user_rules.json", {})
+        doc = self._doc(self.rules_file, {})
         rules = doc.get("rules") if isinstance(doc, dict) else None
         return [r for r in (rules or []) if isinstance(r, dict) and r.get("text")]
 
     def save_rules(self, rules):
-        write_json_atomic(self.path("user_rules.json"), {"schema": SCHEMA, "rules": rules})
+        write_json_atomic(self.rules_file, {"schema": SCHEMA, "rules": rules})
 
     def heartbeat(self):
-        doc = self._doc("heartbeat.json", {})
+        doc = self._doc(self.heartbeat_file, {})
         return doc if isinstance(doc, dict) else {}
 
     def update_heartbeat(self, **fields):
-        with FileLock(self.path("heartbeat.lock"), timeout=2.0):
+        with FileLock(self.heartbeat_lock_file, timeout=2.0):
             doc = self.heartbeat()
             doc.update((k, v if isinstance(v, (int, float)) else clean_field(v)) for k, v in fields.items())
             doc["schema"] = SCHEMA
             # Advisory state rewritten by most hooks: not worth an fsync on their critical path.
-            write_json_atomic(self.path("heartbeat.json"), doc, sync=False)
+            write_json_atomic(self.heartbeat_file, doc, sync=False)
         return doc
 
     def state(self):
@@ -1064,8 +1222,11 @@ class Store:
         exactly what other processes changed; `hot` is the thread worked on last."""
         state = self.state()
         gen = int(state.get("generation", 0)) + 1
-        changes = [c for c in state.get("changes", []) if isinstance(c, list)][-200:]
-        changes.append([gen, "*" if full else sorted(set(changed_ids))])
+        changes = [c for c in state.get("changes", []) if isinstance(c, list)][-STATE_CHANGES:]
+        ids = set(changed_ids)
+        # A change too large to list is a full reload anyway: listing it would make every
+        # hook that reads the state parse megabytes (F12).
+        changes.append([gen, "*" if full or len(ids) > STATE_CHANGE_IDS else sorted(ids)])
         write_json_atomic(self.state_file,
                           {"schema": SCHEMA, "generation": gen, "changes": changes, "hot_thread": hot})
         return gen
@@ -1134,37 +1295,40 @@ class Store:
             return None
 
     # -- records read by the memory engine --
-    def thread_path(self, tid):
-        return os.path.join(self.threads_dir, tid + ".json")
-
-    def bridge_path(self, bid):
-        return os.path.join(self.bridges_dir, bid + ".json")
-
     def read_thread(self, tid):
-        """A thread record; FileNotFoundError or CorruptRecord when there is none to use."""
-        return check_thread(read_json(self.thread_path(tid)))
+        """A thread record; FileNotFoundError or CorruptRecord when there is none to use (a
+        corrupt one is quarantined first, as a full load does: skipped silently, it would be
+        met again by every partial load and refresh)."""
+        return self._read_record(self.thread_file(tid), check_thread)
 
     def read_bridge(self, bid):
-        return check_bridge(read_json(self.bridge_path(bid)))
+        return self._read_record(self.bridge_file(bid), check_bridge)
+
+    def _read_record(self, path, check):
+        try:
+            return check(read_json(path))
+        except CorruptRecord as exc:
+            self.quarantine(path, str(exc))
+            raise
 
     def read_digest(self):
         """The threads of db/index.json ({} when it is missing or unreadable)."""
         try:
-            doc = read_json(os.path.join(self.db, "index.json"))
+            doc = read_json(self.index_file)
         except (OSError, CorruptRecord):
             return {}
         threads = doc.get("threads") if isinstance(doc, dict) else None
         return threads if isinstance(threads, dict) else {}
 
     def write_digest(self, data):
-        write_bytes_atomic(os.path.join(self.db, "index.json"), data)
+        write_bytes_atomic(self.index_file, data)
 
     def update_rules(self, fn):
         """Read-modify-write of user_rules.json under rules.lock, the one lock every writer of
         it takes (a drain adding rules must never write back a rule just removed): `fn(rules)`
         changes the list in place and returns what the caller gets; nothing is written when it
         raises."""
-        with FileLock(self.path("rules.lock"), timeout=2.0):
+        with FileLock(self.rules_lock_file, timeout=2.0):
             rules = self.rules()
             before = list(rules)
             out = fn(rules)
@@ -1487,9 +1651,6 @@ def words(text):
             if len(w) > 1 and w not in STOPWORDS]
 
 
-_STEMS = {}  # word -> stem, for the few words of topics and titles
-
-
 def _stem(word):
     out = word
     if len(word) > 3 and not word.isdigit():
@@ -1511,33 +1672,26 @@ def _stem(word):
 
 
 def stem(word):
-    """Light stemming (plural s, -ies, -ing, -ed, doubled consonant, final e): enough for
-    'migrations', 'migrating' and 'migrated' to meet, cheap, and language-agnostic enough.
+    """Light stemming (plural s, -ies, -ing, -ed, doubled consonant, final e): cheap, and
+    language-agnostic enough. Verb forms meet ('migrating' and 'migrated' -> 'migrat'), a noun
+    in -ion keeps it ('migrations' -> 'migration'): retrieval is tuned on these stems.
 
     >>> [stem(w) for w in ("migrations", "migrating", "migrated", "queries", "running", "status", "2024")]
     ['migration', 'migrat', 'migrat', 'query', 'run', 'status', '2024']
     """
-    out = _STEMS.get(word)
-    if out is None:
-        out = _stem(word)
-        if len(_STEMS) < 20000:
-            _STEMS[word] = out
-    return out
+    return _STEMS[word]
 
 
-# word -> its index term, "" when it is not indexed. Loading 20,000 threads tokenizes millions
-# of words from a small vocabulary; identifiers and numbers make it unbounded, hence the cap.
-_TERMS = {}
-_TERMS_MAX = 100000
+_STEMS = Memo(_stem, STEM_MEMO_KEYS)  # word -> stem, for the few words of topics and titles
 
 
 def _term(word):
-    out = _TERMS.get(word)
-    if out is None:
-        out = "" if word in STOPWORDS or (len(word) < 2 and not word.isdigit()) else _stem(word)
-        if len(_TERMS) < _TERMS_MAX:
-            _TERMS[word] = out
-    return out
+    return "" if word in STOPWORDS or (len(word) < 2 and not word.isdigit()) else _stem(word)
+
+
+# word -> its index term, "" when it is not indexed. Loading 20,000 threads tokenizes millions
+# of words from a small vocabulary.
+_TERMS = Memo(_term, TERM_MEMO_KEYS)
 
 
 # ASCII text, the usual case, is split by str.translate: three times faster than a regex.
@@ -1570,7 +1724,7 @@ def terms(text):
         parts = _PART_RE.findall(text) if idents else chains
     got = list(map(_TERMS.get, parts))  # all cached: no Python call per word
     if None in got:
-        got = [_term(w) for w in parts]
+        got = [_TERMS[w] for w in parts]
     out = list(filter(None, got))
     out += idents
     return out
@@ -1806,8 +1960,8 @@ class MiniLMEmbedder:
     tensors read with safetensors, its tokenizer.json with tokenizers, BERT's forward pass in
     a few torch calls (tests/test_minilm.py checks the vectors against encode()'s). The
     libraries around it (transformers imports torch's compiler, sympy and scipy;
-    sentence-transformers adds scikit-learn) cost the daemon 230 MB and seconds of its start,
-    and their per-call wrappers milliseconds of a short query. Any other pipeline goes through
+    sentence-transformers adds scikit-learn) cost the daemon memory and seconds of its start,
+    and their per-call wrappers a good share of a short query (bench/README.md). Any other pipeline goes through
     SentenceTransformer.encode()."""
 
     id = MINILM_ID
@@ -2602,7 +2756,7 @@ class VectorTable:
 
     def _dots(self, matrix, q):
         # einsum, not @: numpy's own loop on one core. OpenBLAS's threaded product waits for
-        # cores that torch's threads still spin on after an embedding (30 ms instead of 2).
+        # cores that torch's threads still spin on after an embedding (bench/README.md).
         return self.np.einsum("ij,j->i", matrix, q, dtype=self.np.float32)
 
     def cosines(self, qvec):
@@ -3235,8 +3389,8 @@ class MemoryIndex:
             self._quantize_threads()
 
     def _quantize_threads(self):
-        # A store large enough for int16 message vectors holds its centroids so too: 15 MB
-        # at 20,000 threads, for half a millisecond more a query.
+        # A store large enough for int16 message vectors holds its centroids so too: a
+        # quarter of their memory for a negligible cost per query.
         if self.mvec.quantized and not self.tvec.quantized:
             self.tvec.quantize()
 
@@ -3457,7 +3611,7 @@ class MemoryWriter(MemoryIndex):
     def write_index(self):
         """A compact digest of every thread for hooks answering without the daemon. A thread's
         entry stays encoded until the thread or one of its bridges changes (the digest is
-        13 MB at 20,000 threads: encoding it all took half a second under the memory lock)."""
+        megabytes at 20,000 threads: encoding it all would hold the memory lock for long)."""
         started = time.thread_time()
         parts = []
         for tid, t in self.threads.items():
@@ -4026,13 +4180,16 @@ def private_tmp_dir(store):
 
 def _at_socket(path, use):
     """use(address), `use` being a socket's bind or connect: an address too long for sun_path
-    goes through /proc/self/fd/<its folder's descriptor>."""
-    if len(path.encode()) <= MAX_SOCKET_PATH:
-        return use(path)
+    goes through /proc/self/fd/<its folder's descriptor>. So does any socket in a data dir
+    where /proc exists: it is then reached through the folder open_dir accepted (no symlinked
+    or foreign data dir), which nobody can swap before the bind or connect."""
     folder, name = os.path.split(path)
+    short = len(path.encode()) <= MAX_SOCKET_PATH
+    if _data_root(folder) is None and short:
+        return use(path)  # the private runtime folder of socket_path
     fd = open_dir(folder, create=False)
     try:
-        return use(f"{PROC_FD_DIR}/{fd}/{name}")
+        return use(path if short and not os.path.isdir(PROC_FD_DIR) else f"{PROC_FD_DIR}/{fd}/{name}")
     finally:
         os.close(fd)
 
@@ -4048,11 +4205,17 @@ def peer_uid(sock):
 
 
 def daemon_info(store):
+    """daemon.json, {} when it is missing, unreadable or has a field of the wrong type."""
     try:
         info = read_json(store.daemon_file)
-        return info if isinstance(info, dict) else {}
     except (OSError, CorruptRecord):
         return {}
+    if not isinstance(info, dict) or any(
+            key in info and type(info[key]) not in kinds for key, kinds in DAEMON_STATUS_FIELDS.items()):
+        return {}
+    if "pid" in info and info["pid"] <= 0:
+        return {}  # os.kill would signal a process group
+    return info
 
 
 def daemon_alive(store):
@@ -4070,162 +4233,6 @@ def daemon_alive(store):
     return False
 
 
-def request(store, cmd, timeout=2.0, **args):
-    """One request to the daemon. Never raises: failures come back as {"error": ...}. Nothing
-    is sent to a socket held by another user's process."""
-    sock = None
-    try:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        path = socket_path(store)
-        _at_socket(path, sock.connect)
-        uid = peer_uid(sock)
-        if uid is not None and uid != os.getuid():
-            store.log.error("daemon socket held by another user; nothing sent", socket=path, uid=uid)
-            return {"error": f"socket held by uid {uid}"}
-        sock.sendall(json.dumps({"cmd": cmd, "version": VERSION, "args": args}).encode() + b"\n")
-        chunks = []
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            if chunk.endswith(b"\n"):
-                break
-        reply = json.loads(b"".join(chunks) or b"{}")
-        return reply if isinstance(reply, dict) else {"error": "bad reply"}
-    except (OSError, ValueError, AiError) as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        if sock is not None:
-            sock.close()
-
-
-def start_daemon(store, project):
-    """Start a detached daemon unless one is alive; returns "running", "started",
-    "retiring" (an old version was asked to stop) or "refused" (no safe place for its socket:
-    the caller works without it). Does not wait for the model."""
-    fd = open_data_file(store.run_lock_file, os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        if daemon_info(store).get("version") not in (None, VERSION):
-            request(store, "stop", timeout=1.0)
-            return "retiring"
-        return "running"
-    try:
-        import subprocess
-        try:
-            sock = socket_path(store)
-        except DaemonError:
-            return "refused"  # logged by private_tmp_dir
-        # Nobody holds the lock: whatever status file or socket is left is stale.
-        for stale in (store.daemon_file, sock):
-            Store._unlink(stale)
-        env = dict(os.environ, AI_SMARTNESS_INTERNAL="1", AI_SMARTNESS_LOCK_FD=str(fd))
-        err = store.open_daemon_log()
-        try:
-            subprocess.Popen([sys.executable, os.path.abspath(__file__), "--project", project, "daemon", "run"],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
-                             pass_fds=(fd,), start_new_session=True, cwd=store.dir)
-        finally:
-            os.close(err)
-        return "started"
-    finally:
-        os.close(fd)  # the child keeps the lock through its inherited copy
-
-
-def stop_daemon(store, timeout=10.0):
-    """Ask the daemon to exit, then make sure it did; True when none is left."""
-    if not daemon_alive(store):
-        return True
-    request(store, "stop", timeout=2.0)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not daemon_alive(store):
-            return True
-        time.sleep(0.05)
-    pid = daemon_info(store).get("pid")
-    if pid:
-        import signal
-        try:
-            os.kill(int(pid), signal.SIGTERM)
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.5)
-    return not daemon_alive(store)
-
-
-def wait_ready(store, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if request(store, "ping", timeout=1.0).get("ready"):
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def keep_heap_small():
-    """glibc raises its mmap threshold to the size of each large block freed, up to 32 MB, so
-    the model's activations (a few MB a call) come to live in the heap, which keeps them: the
-    daemon grew by 150 MB over one drain at 20,000 threads. A fixed threshold keeps large
-    blocks in mmap, given back when freed (the daemon then stayed within 20 MB)."""
-    try:
-        import ctypes
-        ctypes.CDLL(None).mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass  # not glibc: another allocator, its own policy
-
-
-def embed_workers():
-    """Embedding threads of the daemon: one per torch thread group, so a backlog uses every
-    core it may (two streams of one thread beat one of two threads by a quarter)."""
-    return max(1, min(4, (os.cpu_count() or 1) // torch_threads()))
-
-
-def daemon_unreachable(store, patience=2.0):
-    """True when a daemon holds the run lock but nothing listens on its socket for
-    `patience` seconds (the socket deleted, or never bound). A daemon too busy to answer at
-    once is reachable: only a refused or impossible connection counts."""
-    deadline = time.monotonic() + patience
-    while daemon_alive(store):
-        path = daemon_info(store).get("socket")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(1.0)
-            sock.connect(path if isinstance(path, str) and path else socket_path(store))
-            send_msg(sock, {"cmd": "ping", "version": VERSION, "args": {}})  # a silent peer would retire it
-            return False
-        except socket.timeout:
-            return False  # a full backlog: busy, not deaf
-        except OSError:
-            if time.monotonic() > deadline:
-                return True
-        finally:
-            sock.close()
-        time.sleep(0.1)
-    return False
-
-
-def kill_daemon(store, timeout=5.0):
-    """End a daemon that cannot be asked to stop: SIGTERM to the pid of daemon.json, then
-    SIGKILL; True when the run lock is free."""
-    import signal
-    pid = daemon_info(store).get("pid")
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.kill(int(pid), sig)
-        except (OSError, ValueError, TypeError):
-            break
-        deadline = time.monotonic() + timeout
-        while daemon_alive(store) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not daemon_alive(store):
-            return True
-    return not daemon_alive(store)
-
-
 def send_msg(sock, obj):
     """One message of the daemon protocol: a JSON object on one line. ASCII escapes keep
     any string (a lone surrogate too) encodable, and put no newline inside the message."""
@@ -4238,7 +4245,7 @@ def recv_msg(sock, limit=MAX_REQUEST_BYTES):
     a socket error or timeout."""
     chunks, size = [], 0
     while True:
-        chunk = sock.recv(65536)
+        chunk = sock.recv(SOCKET_CHUNK_BYTES)
         if not chunk:
             break
         chunks.append(chunk)
@@ -4253,16 +4260,273 @@ def recv_msg(sock, limit=MAX_REQUEST_BYTES):
     return msg
 
 
-class Daemon:
-    """The server: warm memory, a socket, workers embedding the inbox ahead and one thread
-    applying it in order.
+def request(store, cmd, timeout=REQUEST_SECONDS, **args):
+    """One request to the daemon. Never raises: failures come back as {"error": ...}. Nothing
+    is sent to a socket held by another user's process."""
+    sock = None
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        path = socket_path(store)
+        _at_socket(path, sock.connect)
+        uid = peer_uid(sock)
+        if uid is not None and uid != os.getuid():
+            store.log.error("daemon socket held by another user; nothing sent", socket=path, uid=uid)
+            return {"error": f"socket held by uid {uid}"}
+        send_msg(sock, {"cmd": cmd, "version": VERSION, "args": args})
+        return recv_msg(sock)
+    except (OSError, ValueError, AiError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def start_daemon(store, project):
+    """Start a detached daemon unless one is alive; returns DAEMON_RUNNING, DAEMON_STARTED,
+    DAEMON_RETIRING (an old version was asked to stop) or DAEMON_REFUSED (no safe place for
+    its socket: the caller works without it). Does not wait for the model."""
+    fd = open_data_file(store.run_lock_file, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        if daemon_info(store).get("version") not in (None, VERSION):
+            request(store, "stop", timeout=PROBE_TIMEOUT_SECONDS)
+            return DAEMON_RETIRING
+        return DAEMON_RUNNING
+    try:
+        import subprocess
+        try:
+            sock = socket_path(store)
+        except DaemonError:
+            return DAEMON_REFUSED  # logged by private_tmp_dir
+        # Nobody holds the lock: whatever status file or socket is left is stale.
+        for stale in (store.daemon_file, sock):
+            Store._unlink(stale)
+        env = dict(os.environ, AI_SMARTNESS_INTERNAL="1", AI_SMARTNESS_LOCK_FD=str(fd))
+        err = store.open_daemon_log()
+        try:
+            subprocess.Popen([sys.executable, os.path.abspath(__file__), "--project", project, "daemon", "run"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                             pass_fds=(fd,), start_new_session=True, cwd=store.dir)
+        finally:
+            os.close(err)
+        return DAEMON_STARTED
+    finally:
+        os.close(fd)  # the child keeps the lock through its inherited copy
+
+
+def stop_daemon(store, timeout=STOP_WAIT_SECONDS):
+    """Ask the daemon to exit, then make sure it did (SIGTERM after `timeout`); True when none
+    is left."""
+    if not daemon_alive(store):
+        return True
+    request(store, "stop", timeout=PROBE_TIMEOUT_SECONDS)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not daemon_alive(store):
+            return True
+        time.sleep(EXIT_POLL_SECONDS)
+    pid = daemon_info(store).get("pid")
+    if pid:
+        import signal
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+        time.sleep(TERM_GRACE_SECONDS)
+    return not daemon_alive(store)
+
+
+def wait_ready(store, timeout):
+    """True once the daemon answers that its model and memory are loaded, False at `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if request(store, "ping", timeout=PROBE_TIMEOUT_SECONDS).get("ready"):
+            return True
+        time.sleep(PROBE_INTERVAL_SECONDS)
+    return False
+
+
+def keep_heap_small():
+    """glibc raises its mmap threshold to the size of each large block freed, up to 32 MB, so
+    the model's activations (a few MB a call) come to live in the heap, which keeps them: the
+    daemon grew over a large drain. A fixed threshold keeps large blocks in mmap, given back
+    when freed (bench/README.md)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).mallopt(-3, MMAP_THRESHOLD_BYTES)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass  # not glibc: another allocator, its own policy
+
+
+def embed_workers():
+    """Embedding threads of the daemon: one per torch thread group, so a backlog uses every
+    core it may (two streams of one thread beat one of two threads: bench/README.md)."""
+    return max(1, min(MAX_EMBED_WORKERS, (os.cpu_count() or 1) // torch_threads()))
+
+
+def daemon_unreachable(store, patience=DEAF_DAEMON_SECONDS):
+    """True when a daemon holds the run lock but nothing listens on its socket for
+    `patience` seconds (the socket deleted, or never bound). A daemon too busy to answer at
+    once is reachable: only a refused or impossible connection counts."""
+    deadline = time.monotonic() + patience
+    while daemon_alive(store):
+        path = daemon_info(store).get("socket")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(PROBE_TIMEOUT_SECONDS)
+            sock.connect(path if isinstance(path, str) and path else socket_path(store))
+            send_msg(sock, {"cmd": "ping", "version": VERSION, "args": {}})  # a silent peer would retire it
+            return False
+        except socket.timeout:
+            return False  # a full backlog: busy, not deaf
+        except OSError:
+            if time.monotonic() > deadline:
+                return True
+        finally:
+            sock.close()
+        time.sleep(PROBE_INTERVAL_SECONDS)
+    return False
+
+
+def kill_daemon(store, timeout=KILL_WAIT_SECONDS):
+    """End a daemon that cannot be asked to stop: SIGTERM to the pid of daemon.json, then
+    SIGKILL; True when the run lock is free."""
+    import signal
+    pid = daemon_info(store).get("pid")
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(int(pid), sig)
+        except (OSError, ValueError, TypeError):
+            break
+        deadline = time.monotonic() + timeout
+        while daemon_alive(store) and time.monotonic() < deadline:
+            time.sleep(EXIT_POLL_SECONDS)
+        if not daemon_alive(store):
+            return True
+    return not daemon_alive(store)
+
+
+class EmbedAhead:
+    """The daemon's embedding workers and what they share with its work loop.
 
     Embedding is most of a capture's cost, so workers (embed_workers()) run the model at once,
     outside the memory lock, EMBED_CHUNK texts a call; the model is called concurrently (its
-    forward pass is stateless, and the tokenizer's settings are fixed when it loads). The work loop applies the
-    captures whose vectors are ready, in inbox order, up to DRAIN_BATCH at once. A request that
-    needs the memory or the model counts itself in `requests`: workers start no new call and
-    the work loop ends its batch after the current capture until it is served."""
+    forward pass is stateless, and the tokenizer's settings are fixed when it loads). A request
+    that needs the memory or the model is served inside `with ahead:`, which counts it in
+    `requests`: workers start no new call and the work loop ends its batch after the current
+    capture until it is served."""
+
+    def __init__(self, store, stopping):
+        import threading
+        self.store, self.stopping = store, stopping
+        # Guards the rest: `todo`, the texts of the captures to embed, in inbox order; `vectors`
+        # computed for them; texts `claimed` by a worker now; texts whose embedding `failed`
+        # (the drain embeds those itself); `requests` being served.
+        self.cv = threading.Condition()
+        self.todo, self.vectors, self.claimed, self.failed = [], {}, set(), set()
+        self.requests = 0
+
+    def __enter__(self):
+        with self.cv:
+            self.requests += 1
+        return self
+
+    def __exit__(self, *exc):
+        with self.cv:
+            self.requests -= 1
+            self.cv.notify_all()
+        return False
+
+    def start(self, embed):
+        import threading
+        for _ in range(embed_workers()):
+            threading.Thread(target=self._worker, args=(embed,), daemon=True).start()
+
+    def plan(self, texts, paths, cached_vector):
+        """Hand the workers the texts of `paths` (inbox order; None: unreadable) and wait until
+        the oldest can be applied: (how many of the oldest entries, the vectors in). A text
+        already embedded as a prompt's query comes from `cached_vector`."""
+        with self.cv:
+            order = [texts[p] for p in paths if texts[p] is not None]
+            keep = set(order)
+            self.todo = order
+            self.vectors = {t: v for t, v in self.vectors.items() if t in keep}
+            for text in keep.difference(self.vectors):
+                vec = cached_vector(text)
+                if vec is not None:
+                    self.vectors[text] = vec
+            self.failed &= keep
+            self.cv.notify_all()
+            deadline = time.monotonic() + EMBED_AHEAD_PATIENCE
+            while not self.stopping.is_set() and (self.requests or not self._ready(texts, paths)):
+                if time.monotonic() > deadline:
+                    break  # no worker got to it: the drain embeds the oldest one itself
+                self.cv.wait(DAEMON_POLL_SECONDS)
+            return max(1, self._ready(texts, paths)), dict(self.vectors)
+
+    def vector(self, text):
+        """The vector a worker computed for `text`, or None."""
+        with self.cv:
+            return self.vectors.get(text)
+
+    def clear(self):
+        with self.cv:
+            self.todo, self.vectors, self.failed = [], {}, set()
+
+    def _ready(self, texts, paths):
+        """How many of the oldest entries the drain can take now: leading ones whose vectors are
+        in, that failed (the drain embeds them), or are unreadable (the drain skips them)."""
+        count = 0
+        for path in paths:
+            text = texts[path]
+            if text is not None and text not in self.vectors and text not in self.failed:
+                break
+            count += 1
+        return count
+
+    def _worker(self, embed):
+        """Embeds the next unclaimed texts of `todo`, EMBED_CHUNK at a time, or fewer so that
+        a short backlog is shared by all workers; no new call while a request is served."""
+        import threading
+        try:
+            # Below the work loop and the request threads: they get a core the moment they need
+            # one, and the model takes whatever is left.
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
+        except (OSError, AttributeError):
+            pass
+        share = embed_workers()
+        while not self.stopping.is_set():
+            with self.cv:
+                free = []
+                if not self.requests:
+                    free = [t for t in dict.fromkeys(self.todo)
+                            if t not in self.vectors and t not in self.claimed and t not in self.failed]
+                if not free:
+                    self.cv.wait(DAEMON_POLL_SECONDS)
+                    continue
+                chunk = free[:min(EMBED_CHUNK, max(1, len(free) // share))]
+                self.claimed.update(chunk)
+            vecs = None
+            try:
+                vecs = embed(chunk)
+            except Exception as exc:  # the drain embeds these itself and handles the failure
+                self.store.log.error("embedding ahead failed", error=repr(exc))
+            with self.cv:
+                self.claimed.difference_update(chunk)
+                if vecs is None:
+                    self.failed.update(chunk)
+                else:
+                    self.vectors.update(zip(chunk, vecs))
+                self.cv.notify_all()
+
+
+class Daemon:
+    """The server: warm memory, a socket, workers embedding the inbox ahead (EmbedAhead) and
+    one thread applying it in order: the work loop applies the captures whose vectors are
+    ready, in inbox order, up to DRAIN_BATCH at once."""
 
     def __init__(self, project):
         import threading
@@ -4273,19 +4537,14 @@ class Daemon:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         # A hook waits for its capture to be journaled. Here no fsync: the file outlives any
         # process crash, the worker stores it (fsynced records) within moments, and the fsync
-        # was 4 ms of a ~30 ms hook on the reference machine.
+        # was a large share of a hook's time (bench/README.md).
         self.store.inbox_sync = False
         self.mem = None
         self.ready = False
         self.lock = threading.Lock()  # one memory operation at a time
-        # Guards what the work loop and the embedding workers share: `todo`, the texts of the
-        # captures to embed, in inbox order; `vectors` computed for them; texts `claimed` by a
-        # worker now; texts whose embedding `failed` (drain() embeds those itself); `requests`.
-        self.embed_cv = threading.Condition()
-        self.todo, self.vectors, self.claimed, self.failed = [], {}, set(), set()
-        self.requests = 0
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        self.ahead = EmbedAhead(self.store, self.stopping)
         self.last_request = time.monotonic()
         self.started = time.time()
         self.processed = 0
@@ -4296,16 +4555,15 @@ class Daemon:
         self.config_id = None  # (mtime_ns, size, st_ino) of the config.json the memory uses
 
     def run(self):
-        import threading
         lock_fd = self._take_lock()
         if lock_fd is None:
             self.store.log.info("daemon already running; exiting")
             return 0
         keep_heap_small()
         # The model's threads take the GIL back after every torch call; while the work loop
-        # runs Python, each such call waited up to the 5 ms default for it: embedding ran at
-        # 11 captures/s instead of 14 beside a thread busy half the time (bench numbers).
-        sys.setswitchinterval(0.0005)
+        # runs Python, each such call waited up to the 5 ms default for it, which slowed
+        # embedding beside a busy thread (bench/README.md).
+        sys.setswitchinterval(GIL_SWITCH_SECONDS)
         self.store.remove_stale_temp_files()  # ours alone run now: any older one was killed
         Store._unlink(self.socket)
         self._bind()
@@ -4334,8 +4592,8 @@ class Daemon:
         finally:
             os.umask(old_umask)
         os.chmod(self.socket, 0o600)
-        server.listen(64)
-        server.settimeout(1.0)
+        server.listen(SOCKET_BACKLOG)
+        server.settimeout(DAEMON_POLL_SECONDS)
         st = os.lstat(self.socket)
         old, self.server, self.socket_id = self.server, server, (st.st_dev, st.st_ino)
         if old is not None:
@@ -4370,7 +4628,7 @@ class Daemon:
         """Re-read config.json when it changed, so an edit takes effect without a restart;
         the memory follows (thresholds, language, budgets)."""
         try:
-            st = os.stat(self.store.path("config.json"))
+            st = os.stat(self.store.config_file)
             cid = (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError:
             cid = None
@@ -4400,7 +4658,6 @@ class Daemon:
             "model": self.mem.embedder.id if self.mem and self.mem.embedder else None})
 
     def _warm(self):
-        import threading
         t0 = time.monotonic()
         self._refresh_config()  # the config the memory is about to read
         mem = Memory(self.store.dir)
@@ -4410,8 +4667,7 @@ class Daemon:
         mem.write_index()
         mem.candidates(mem.query_vector("warm up"))  # the model's first call, and numpy's
         self.mem = mem
-        for _ in range(embed_workers()):
-            threading.Thread(target=self._embed_worker, daemon=True).start()
+        self.ahead.start(mem.embedder.embed)
         self.ready = True
         self._write_status()
         self.store.log.info("daemon ready", seconds=round(time.monotonic() - t0, 2), threads=len(mem.threads),
@@ -4427,13 +4683,13 @@ class Daemon:
                 break
             # Hooks wake the worker; the timeout picks up entries journaled without a wake
             # (hooks that found the daemon deaf, a backlog from before it started) within moments.
-            self.wake.wait(timeout=0.5)
+            self.wake.wait(timeout=INBOX_POLL_SECONDS)
             self.wake.clear()
 
     def _idle_limit(self):
         cfg = self.mem.cfg if self.mem is not None else self.store.config()
         try:
-            return float(cfg.get("daemon_idle_seconds", 1800))
+            return float(cfg.get("daemon_idle_seconds", DEFAULT_CONFIG["daemon_idle_seconds"]))
         except (TypeError, ValueError):
             return float(DEFAULT_CONFIG["daemon_idle_seconds"])
 
@@ -4454,28 +4710,11 @@ class Daemon:
                 self._retry_later(exc)
                 break
             texts = {p: e["text"] if e else None for p, e in entries.items()}
-            with self.embed_cv:
-                order = [texts[p] for p in paths if texts[p] is not None]
-                keep = set(order)
-                self.todo = order
-                self.vectors = {t: v for t, v in self.vectors.items() if t in keep}
-                for text in keep.difference(self.vectors):  # a prompt embedded as its query already
-                    vec = self.mem.cached_vector(text)
-                    if vec is not None:
-                        self.vectors[text] = vec
-                self.failed &= keep
-                self.embed_cv.notify_all()
-                deadline = time.monotonic() + 60
-                while not self.stopping.is_set() and (self.requests or not self._ready(texts, paths)):
-                    if time.monotonic() > deadline:
-                        break  # no worker got to it: drain() embeds the oldest one itself
-                    self.embed_cv.wait(1.0)
-                batch = max(1, self._ready(texts, paths))
-                vectors = dict(self.vectors)
+            batch, vectors = self.ahead.plan(texts, paths, self.mem.cached_vector)
             with self.lock:
                 try:
                     done, removed = self.mem.drain_entries([(p, entries[p]) for p in paths[:batch]], vectors,
-                                                           pause=lambda: self.requests > 0)
+                                                           pause=lambda: self.ahead.requests > 0)
                 except Exception as exc:  # a daemon that dies here would be restarted by every hook
                     done = self._drain_failed(exc)
                     if done is None:
@@ -4484,58 +4723,10 @@ class Daemon:
                 self.processed += len(done)
             if not removed:
                 break  # nothing was removed (cannot happen but for a failing disk): wait for a wake
-        with self.embed_cv:
-            self.todo, self.vectors, self.failed = [], {}, set()
+        self.ahead.clear()
         if self.mem is not None:
             with self.lock:
                 self.mem.flush_index(force=True)  # the inbox is empty: settle the digest
-
-    def _ready(self, texts, paths):
-        """How many of the oldest entries drain() can take now: leading ones whose vectors are
-        in, that failed (drain() embeds them), or are unreadable (drain() skips them)."""
-        count = 0
-        for path in paths:
-            text = texts[path]
-            if text is not None and text not in self.vectors and text not in self.failed:
-                break
-            count += 1
-        return count
-
-    def _embed_worker(self):
-        """Embeds the next unclaimed texts of `todo`, EMBED_CHUNK at a time, or fewer so that
-        a short backlog is shared by all workers; no new call while a request is served."""
-        import threading
-        try:
-            # Below the work loop and the request threads: they get a core the moment they need
-            # one, and the model takes whatever is left.
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
-        except (OSError, AttributeError):
-            pass
-        embed = self.mem.embedder.embed
-        share = embed_workers()
-        while not self.stopping.is_set():
-            with self.embed_cv:
-                free = []
-                if not self.requests:
-                    free = [t for t in dict.fromkeys(self.todo)
-                            if t not in self.vectors and t not in self.claimed and t not in self.failed]
-                if not free:
-                    self.embed_cv.wait(1.0)
-                    continue
-                chunk = free[:min(EMBED_CHUNK, max(1, len(free) // share))]
-                self.claimed.update(chunk)
-            vecs = None
-            try:
-                vecs = embed(chunk)
-            except Exception as exc:  # drain() embeds these itself and handles the failure
-                self.store.log.error("embedding ahead failed", error=repr(exc))
-            with self.embed_cv:
-                self.claimed.difference_update(chunk)
-                if vecs is None:
-                    self.failed.update(chunk)
-                else:
-                    self.vectors.update(zip(chunk, vecs))
-                self.embed_cv.notify_all()
 
     def _embed_query(self, query, prompt):
         """Embed a request's query ahead of the memory lock. A prompt is embedded as the text its
@@ -4543,16 +4734,12 @@ class Daemon:
         if not isinstance(query, str) or not query.strip():
             return
         text = clean_for_storage(query) if prompt else query
-        with self.embed_cv:
-            ahead = self.vectors.get(text)  # a worker embedded its journaled capture already
+        ahead = self.ahead.vector(text)  # a worker embedded its journaled capture already
         if ahead is not None:
             self.mem.remember_vector(text, ahead)
         vec = self.mem.query_vector(text)
         if vec is not None and text != query:
             self.mem.remember_vector(query, vec)
-
-    def _serving(self):
-        return _Serving(self)
 
     def _drain_failed(self, exc):
         """A batch raised. The memory may be half-updated: reload it from disk. A transient I/O
@@ -4564,7 +4751,7 @@ class Daemon:
         self.mem.loaded = False
         if is_transient(exc):
             return self._retry_later(exc)
-        self.store.log.error("drain failed", error=repr(exc), trace=traceback.format_exc()[-2000:])
+        self.store.log.error("drain failed", error=repr(exc), trace=traceback.format_exc()[-TRACE_CHARS:])
         first = self.store.inbox_pending()[:1]
         try:
             return self.mem.drain(batch=1, once=True)
@@ -4602,7 +4789,7 @@ class Daemon:
 
     def _serve(self, conn):
         try:
-            conn.settimeout(10.0)
+            conn.settimeout(REQUEST_IO_SECONDS)
             req = recv_msg(conn, MAX_REQUEST_BYTES)
             self.last_request = time.monotonic()
             args = req.get("args")
@@ -4659,7 +4846,7 @@ class Daemon:
         if not self.ready:
             return {"error": DAEMON_WARMING}
         self._refresh_config()
-        with self._serving():
+        with self.ahead:
             # The query's embedding needs only the model: computed before taking the memory
             # lock, a prompt that comes during a drain waits for one capture's apply, not a batch.
             query = payload.get("prompt") if name == "inject" else recall_query(payload, os.path.dirname(self.store.dir))
@@ -4671,18 +4858,18 @@ class Daemon:
     def _locked(self, fn, *args, **kw):
         if not self.ready:
             return {"error": DAEMON_WARMING}
-        with self._serving(), self.lock:
+        with self.ahead, self.lock:
             return {"ok": True, "result": fn(*args, **kw)}
 
     def cmd_drain(self):
         if not self.ready:
             return {"error": DAEMON_WARMING}
-        with self._serving(), self.lock:
+        with self.ahead, self.lock:
             done = self.mem.drain()
         self.processed += len(done)
         return {"ok": True, "processed": len(done)}
 
-    def cmd_search(self, query, limit=10):
+    def cmd_search(self, query, limit=SEARCH_HITS):
         return self._locked(self.mem.search, query, limit)
 
     def cmd_recall(self, query):
@@ -4693,24 +4880,6 @@ class Daemon:
 
     def cmd_stats(self):
         return self._locked(self.mem.stats)
-
-
-class _Serving:
-    """A request that needs the memory or the model, counted in Daemon.requests while it runs."""
-
-    def __init__(self, daemon):
-        self.daemon = daemon
-
-    def __enter__(self):
-        with self.daemon.embed_cv:
-            self.daemon.requests += 1
-        return self
-
-    def __exit__(self, *exc):
-        with self.daemon.embed_cv:
-            self.daemon.requests -= 1
-            self.daemon.embed_cv.notify_all()
-        return False
 
 
 # ==== 9. Hooks ====
@@ -4785,22 +4954,13 @@ def hook_named(name):
     return found or next((h for h in HOOKS.values() if h.event == name), None)
 
 
-def digest(store):
-    """db/index.json: one line per thread, written by every writer."""
-    try:
-        doc = read_json(os.path.join(store.db, "index.json"))
-        return doc.get("threads", {}) if isinstance(doc, dict) else {}
-    except (OSError, CorruptRecord):
-        return {}
-
-
 def hot_thread(store):
     """The thread worked on last, as recorded with every save (None when there is none)."""
     tid = store.state().get("hot_thread")
     if not tid or not valid_id(tid):
         return None
     try:
-        return check_thread(read_json(os.path.join(store.threads_dir, tid + ".json")))
+        return store.read_thread(tid)
     except (OSError, CorruptRecord):
         return None
 
@@ -4848,7 +5008,7 @@ def recall_query(payload, project):
     query = redact(unquote(path[at + len(marker):])).replace("/", " ").strip()  # redacted before any cut
     if query.endswith((".md", ".txt")):
         query = query.rsplit(".", 1)[0]
-    return query[:300] or None
+    return query[:RECALL_QUERY_CHARS] or None
 
 
 def own_file(payload, data_dir):
@@ -4893,12 +5053,12 @@ def hook_start(store, payload, mem):
     synth = latest_synthesis(store)
     hot = hot_thread(store)
     if payload.get("source") == "compact" and synth:
-        lines.append(tr("brief_restored", lang, text=shorten(synth.get("text", ""), 300)))
+        lines.append(tr("brief_restored", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_CHARS)))
     elif hot:
         lines.append(tr("brief_hot", lang, title=hot["title"], topics=", ".join(hot.get("topics", [])[:4]),
-                        summary=shorten(hot.get("summary", ""), 160)))
+                        summary=shorten(hot.get("summary", ""), BRIEF_SUMMARY_CHARS)))
     elif synth:
-        lines.append(tr("brief_synthesis", lang, text=shorten(synth.get("text", ""), 250)))
+        lines.append(tr("brief_synthesis", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_NOTE_CHARS)))
     budget = cfg["briefing_budget"]
     text = lines[0]
     for line in lines[1:]:
@@ -4975,7 +5135,7 @@ def hook_inject(store, payload, mem):
     ctx = source.context(prompt, cfg["inject_budget"], exclude=("m" + cid[1:],) if cid else ())
     text = ctx["text"]
     if hb.get("prompt_session") != session:
-        hint = proactive_suggestion(mem.threads if mem else digest(store), prompt, lang)
+        hint = proactive_suggestion(mem.threads if mem else store.read_digest(), prompt, lang)
         if hint and len(text) + len(hint) + 1 <= cfg["inject_budget"]:
             text += "\n" + hint
     store.update_heartbeat(last_interaction=iso(now), prompt_session=session,
@@ -5039,7 +5199,7 @@ _OPEN_RE = LazyRe(r"\?\s*$|\b(todo|to do|open question|next step|not yet|remaini
                       r"à faire|reste à|pendiente|falta)\b", re.I)
 
 
-def transcript_texts(path, max_bytes=4 * 1024 * 1024):
+def transcript_texts(path, max_bytes=TRANSCRIPT_TAIL_BYTES):
     """(role, text) of the main conversation, from the end of a transcript. The format is
     internal to Claude Code: unknown records and unreadable lines are skipped."""
     out = []
@@ -5079,7 +5239,7 @@ def transcript_texts(path, max_bytes=4 * 1024 * 1024):
 
 
 def last_assistant_text(path):
-    for role, text in reversed(transcript_texts(path, 1024 * 1024)):
+    for role, text in reversed(transcript_texts(path, LAST_ANSWER_TAIL_BYTES)):
         if role == "assistant":
             return text
     return ""
@@ -5092,7 +5252,7 @@ def build_synthesis(texts, threads, now, trigger=None, instructions=None, sessio
     for role, text in texts:
         for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
             sentence = sentence.strip(" -*#")
-            if not 12 <= len(sentence) <= 400:
+            if not SYNTHESIS_SENTENCE_CHARS[0] <= len(sentence) <= SYNTHESIS_SENTENCE_CHARS[1]:
                 continue
             if _DECISION_RE.search(sentence):
                 decisions.append(sentence)
@@ -5104,14 +5264,14 @@ def build_synthesis(texts, threads, now, trigger=None, instructions=None, sessio
               if t.get("status") == "active"]
     doc = {"schema": SCHEMA, "created_at": iso(now), "session_id": session, "trigger": trigger,
            "custom_instructions": instructions, "decisions": decisions[-8:], "open_questions": questions[-6:],
-           "state": shorten(state, 500), "threads": active}
+           "state": shorten(state, SYNTHESIS_STATE_CHARS), "threads": active}
     parts = []
     if doc["decisions"]:
-        parts.append("Decisions: " + "; ".join(shorten(d, 160) for d in doc["decisions"]))
+        parts.append("Decisions: " + "; ".join(shorten(d, SYNTHESIS_ITEM_CHARS) for d in doc["decisions"]))
     if doc["open_questions"]:
-        parts.append("Open: " + "; ".join(shorten(q, 140) for q in doc["open_questions"]))
+        parts.append("Open: " + "; ".join(shorten(q, SYNTHESIS_ITEM_CHARS) for q in doc["open_questions"]))
     if doc["state"]:
-        parts.append("State: " + shorten(doc["state"], 300))
+        parts.append("State: " + shorten(doc["state"], BRIEF_SYNTHESIS_CHARS))
     if active:
         parts.append("Threads: " + "; ".join(f"{t['title']} ({', '.join(t['topics'])})" for t in active))
     doc["text"] = "\n".join(parts)
@@ -5122,7 +5282,7 @@ def build_synthesis(texts, threads, now, trigger=None, instructions=None, sessio
 def hook_precompact(store, payload, mem):
     now = time.time()
     texts = [(r, redact(t)) for r, t in transcript_texts(payload.get("transcript_path"))]
-    doc = build_synthesis(texts, digest(store), now, clean_field(payload.get("trigger")),
+    doc = build_synthesis(texts, store.read_digest(), now, clean_field(payload.get("trigger")),
                           clean_field(payload.get("custom_instructions"), INSTRUCTIONS_CHARS),
                           clean_field(payload.get("session_id")))
     store.write_synthesis(doc, now)
@@ -5134,7 +5294,7 @@ def latest_synthesis(store):
     return store.latest_synthesis()
 
 
-def trim_strings(value, limit=60000):
+def trim_strings(value, limit=PAYLOAD_STRING_CHARS):
     """Cut every long string of a payload: nothing downstream keeps more than `limit`. A string
     is redacted before its cut, so no cut leaves a piece of a secret (one short enough to keep
     whole is redacted where it is used). Keys are redacted and cleaned too; lone surrogates
@@ -5150,7 +5310,7 @@ def trim_strings(value, limit=60000):
     if isinstance(value, dict):
         return {trim_strings(redact(str(k)), limit): trim_strings(v, limit) for k, v in value.items()}
     if isinstance(value, list):
-        return [trim_strings(v, limit) for v in value[:500]]
+        return [trim_strings(v, limit) for v in value[:PAYLOAD_LIST_ITEMS]]
     return value
 
 
@@ -5256,7 +5416,7 @@ def _hook_process(name, project_arg, signal):
         return 0  # unknown, or started by ai_smartness itself: capturing it would loop
     BUDGET.update(defer=found.name in JOURNAL_FIRST, expired=False)
     signal.signal(signal.SIGALRM, on_budget_alarm)
-    signal.setitimer(signal.ITIMER_REAL, max(0.05, found.budget - age))
+    signal.setitimer(signal.ITIMER_REAL, max(MIN_HOOK_TIMER, found.budget - age))
     store = None
     try:
         raw = sys.stdin.buffer.read(MAX_HOOK_INPUT + 1)
@@ -5280,7 +5440,8 @@ def _hook_process(name, project_arg, signal):
         signal.setitimer(signal.ITIMER_REAL, 0)
         if store and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             import traceback
-            store.log.error("hook failed", hook=found.name, error=repr(exc), trace=traceback.format_exc()[-2000:])
+            store.log.error("hook failed", hook=found.name, error=repr(exc),
+                            trace=traceback.format_exc()[-TRACE_CHARS:])
     return 0
 
 
@@ -5314,9 +5475,9 @@ def shell_answer(found, payload, store, project):
 def daemon_wait(store, found):
     """How long a hook waits for the daemon's answer before answering in-process."""
     if not found.needs_memory:
-        return 1.0  # journaling a capture takes the daemon milliseconds
+        return JOURNAL_WAIT_SECONDS
     try:
-        return max(0.1, float(store.config()["hook_budget_ms"]) / 1000.0)
+        return max(MIN_DAEMON_WAIT, float(store.config()["hook_budget_ms"]) / 1000.0)
     except (TypeError, ValueError, KeyError):
         return DEFAULT_CONFIG["hook_budget_ms"] / 1000.0
 
@@ -5366,7 +5527,7 @@ def build_parser():
     cmd("status", do_status, "one-screen summary")
     p = cmd("threads", do_threads, "list threads")
     p.add_argument("--status", default="active", choices=STATUSES + ("all",))
-    p.add_argument("--limit", type=count, default=50)
+    p.add_argument("--limit", type=count, default=THREADS_LISTED)
     p = cmd("thread", do_thread, "show one thread")
     p.add_argument("id")
     p = cmd("bridges", do_bridges, "list bridges")
@@ -5374,7 +5535,7 @@ def build_parser():
     p.add_argument("--type", choices=BRIDGE_TYPES)
     p = cmd("search", do_search, "ranked messages for a query")
     p.add_argument("query")
-    p.add_argument("--limit", type=count, default=10)
+    p.add_argument("--limit", type=count, default=SEARCH_HITS)
     p = cmd("recall", do_recall, "the text Read(\".ai/recall/<query>\") returns")
     p.add_argument("query")
     p = cmd("context", do_context, "the memory `hook inject` adds to a prompt")
@@ -5390,9 +5551,12 @@ def build_parser():
     cmd("health", do_health, "memory health metrics with warnings")
     p = cmd("daemon", do_daemon, "the background process: start | stop | status | restart | run")
     p.add_argument("action", choices=("start", "stop", "status", "restart", "run"))
-    # Never dispatched from here: main() hands `hook NAME` to run_hook before argparse.
-    p = sub.add_parser("hook", help="Claude Code hook entry point (payload on stdin, always exits 0)")
-    p.add_argument("name", help="start | inject | pretool | capture | stop | precompact | end")
+    # Never dispatched from here: main() hands `hook NAME` to run_hook before argparse; only
+    # `hook --help` and a missing name get here.
+    text = "Claude Code hook entry point (payload on stdin, always exits 0)"
+    p = sub.add_parser("hook", help=text, description=text)
+    p.add_argument("name", metavar="|".join(HOOKS), help="the hook, or the Claude Code event it answers: " +
+                   ", ".join(f"{h.name} ({h.event})" for h in HOOKS.values()))
     return parser
 
 
@@ -5420,7 +5584,7 @@ class Cli:
         """Ask a warm daemon; None when there is none (the caller works in-process)."""
         if not daemon_alive(self.store):
             return None
-        reply = request(self.store, cmd, timeout=30.0, **kw)
+        reply = request(self.store, cmd, timeout=CLI_REQUEST_SECONDS, **kw)
         return reply if reply.get("ok") else None
 
     def mem(self):
@@ -5541,7 +5705,8 @@ def do_rules(cli, args):
     if args.action == "add":
         if not args.value:
             raise UsageError(tr("rules_need_text", lang))
-        added = add_rules_to_store(store, [args.value.strip()], time.time())
+        # Typed by hand, so it can hold a key: redacted like any capture before it is stored.
+        added = add_rules_to_store(store, [redact(args.value).strip()], time.time())
         return emit(args, added, tr("rules_added" if added else "rules_exists", lang))
     if args.action == "remove":
         def remove(rules):
@@ -5585,7 +5750,7 @@ def do_reindex(cli, args):
     stop_daemon(cli.store)  # it would keep serving vectors of the old model
 
     def progress(done, total):
-        if done == total or done % max(1, total // 20) == 0:
+        if done == total or done % max(1, total // REINDEX_PROGRESS_LINES) == 0:
             sys.stderr.write(tr("reindex_progress", cli.lang, done=done, total=total) + "\n")
     mem = cli.mem()
     count = mem.reindex(progress)
@@ -5595,19 +5760,19 @@ def do_reindex(cli, args):
 
 def health_report(stats, lang):
     warnings = []
-    if stats["threads"] and stats["embedding_coverage"] < 0.95:
+    if stats["threads"] and stats["embedding_coverage"] < HEALTH_MIN_COVERAGE:
         warnings.append(tr("warn_coverage", lang, pct=round(stats["embedding_coverage"] * 100)))
     if stats["mixed_models"]:
         warnings.append(tr("warn_mixed", lang, models=", ".join(stats["mixed_models"])))
     if stats["quarantined"]:
         warnings.append(tr("warn_quarantine", lang, n=len(stats["quarantined"])))
-    if stats["threads"] >= 10 and stats["continuation_rate"] < 0.2:
+    if stats["threads"] >= HEALTH_MIN_THREADS and stats["continuation_rate"] < HEALTH_MIN_CONTINUATION:
         warnings.append(tr("warn_continuation", lang, pct=round(stats["continuation_rate"] * 100)))
     if stats["stale_temp_files"]:
         warnings.append(tr("warn_stale_temp", lang, n=stats["stale_temp_files"]))
     if stats["dropped_captures"]:
         warnings.append(tr("warn_dropped", lang, n=stats["dropped_captures"]))
-    if stats["inbox_pending"] > 50:
+    if stats["inbox_pending"] > HEALTH_MAX_PENDING:
         warnings.append(tr("warn_inbox", lang, n=stats["inbox_pending"]))
     if stats["embedding_model"] in (HashEmbedder.id, FakeEmbedder.id):
         warnings.append(tr("warn_fallback", lang, model=stats["embedding_model"]))
@@ -5633,9 +5798,7 @@ def dropped_captures(store):
 
 def do_health(cli, args):
     stats, served = cli.served("stats", lambda: cli.mem().stats())
-    # Temp files of killed writers (Store.stale_temp_files lists them, where the store has it).
-    stale = getattr(cli.store, "stale_temp_files", None)
-    stats = dict(stats, stale_temp_files=len(stale()) if stale else 0,
+    stats = dict(stats, stale_temp_files=len(cli.store.stale_temp_files()),  # left by killed writers
                  dropped_captures=dropped_captures(cli.store))
     hb = cli.store.heartbeat()
     daemon = {"running": daemon_alive(cli.store), "served_by": served,
@@ -5668,17 +5831,17 @@ def do_daemon(cli, args):
             return emit(args, {"running": False}, tr("daemon_stopped", lang))
     if args.action in ("start", "restart"):
         state = start_daemon(store, cli.project)
-        if state == "retiring":  # a daemon of another version: wait until it is gone, then start ours
+        if state == DAEMON_RETIRING:  # a daemon of another version: wait until it is gone, then start ours
             if not stop_daemon(store):
                 raise DaemonError(tr("daemon_stop_failed", lang))
             state = start_daemon(store, cli.project)
-        if state == "running" and daemon_unreachable(store):  # alive but deaf: replace it
+        if state == DAEMON_RUNNING and daemon_unreachable(store):  # alive but deaf: replace it
             if not kill_daemon(store):
                 raise DaemonError(tr("daemon_stop_failed", lang))
             state = start_daemon(store, cli.project)
-        if state == "refused":
+        if state == DAEMON_REFUSED:
             raise DaemonError("no private folder for the daemon socket (see the log)")
-        ready = wait_ready(store, 120.0)
+        ready = wait_ready(store, DAEMON_START_SECONDS)
         if not ready:
             raise DaemonError(tr("daemon_not_ready", lang))
         info = request(store, "status")
@@ -5722,7 +5885,7 @@ def main(argv=None):
     project = None
     if len(argv) >= 2 and argv[0] == "--project":
         project, argv = argv[1], argv[2:]
-    if len(argv) == 2 and argv[0] == "hook":
+    if len(argv) == 2 and argv[0] == "hook" and not argv[1].startswith("-"):
         return run_hook(argv[1], project)
     args = build_parser().parse_args(([] if project is None else ["--project", project]) + glue_option_values(argv))
     if args.command == "hook":
@@ -5751,7 +5914,7 @@ def fail(exc, code):
     if not isinstance(exc, AiError):
         text = f"{type(exc).__name__}: {text}".rstrip(": ")
     try:
-        sys.stderr.write(f"{APP}: {shorten(text, 300)}\n")
+        sys.stderr.write(f"{APP}: {shorten(text, ERROR_LINE_CHARS)}\n")
     except OSError:
         pass
     return code

@@ -438,7 +438,23 @@ ask() { # ask VAR PROMPT DEFAULT CHOICE...: read a choice from the terminal
 }
 
 # ==== Actions ====
+# What makes $AI_DIR unsafe, or nothing. The memory folder must be a real folder of this user
+# that nobody else may write: what a symlinked or shared folder holds may have been planted
+# (rules injected into every prompt, even the module the hooks run), and the module refuses it too.
+data_dir_problem() {
+  if [ -L "$AI_DIR" ]; then echo "$AI_DIR is a symlink"; return; fi
+  [ -e "$AI_DIR" ] || return 0
+  if [ ! -d "$AI_DIR" ]; then echo "$AI_DIR is not a folder"; return; fi
+  if [ ! -O "$AI_DIR" ]; then echo "$AI_DIR belongs to another user"; return; fi
+  if [ -n "$(find "$AI_DIR" -prune \( -perm -g+w -o -perm -o+w \) -print)" ]; then
+    echo "$AI_DIR is writable by group or others (check what it holds, then chmod 700 it)"
+  fi
+}
+
 do_install() {
+  local problem
+  problem=$(data_dir_problem)
+  [ -z "$problem" ] || err "$problem: refused (see README, Security)"
   pyjson check "$SETTINGS" "$AI_DIR/config.json" "$SRC/settings.template.json"
   [ -f "$SRC/ai_smartness.py" ] || err "$SRC/ai_smartness.py is missing: run install.sh from the ai_smartness folder"
   [ -d "$SRC/i18n" ] || err "$SRC/i18n/ is missing"
@@ -479,7 +495,11 @@ do_uninstall() {
   py=$(pyjson interpreter "$SETTINGS")
   ! command -v timeout >/dev/null || limit=(timeout 30)
   if [ -z "$py" ] || [ ! -x "$py" ]; then py=$SYS_PY; fi
-  if [ -f "$AI_DIR/ai_smartness.py" ]; then
+  local problem
+  problem=$(data_dir_problem)
+  if [ -n "$problem" ]; then
+    warn "$problem: the module in it is not run (no daemon stopped)"
+  elif [ -f "$AI_DIR/ai_smartness.py" ]; then
     if [ "$DRY" = 1 ]; then
       say "would stop the daemon"
     elif "${limit[@]}" "$py" "$AI_DIR/ai_smartness.py" --project "$PROJECT" daemon stop >/dev/null 2>&1; then

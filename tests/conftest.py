@@ -35,7 +35,7 @@ def project(tmp_path):
 
 @pytest.fixture
 def proj(project):
-    (project / ".ai").mkdir()
+    (project / ".ai").mkdir(mode=0o700)  # private whatever the umask: a shared one is refused
     (project / ".ai" / "config.json").write_text(json.dumps({"daemon_idle_seconds": 30}))
     return project
 

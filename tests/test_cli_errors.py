@@ -319,13 +319,6 @@ def test_health_reports_stale_temp_files_and_dropped_captures(project, monkeypat
     assert "Stale temp files: 2" in out and "Dropped captures: 2" in out
 
 
-def test_health_without_stale_temp_files_support(project, monkeypatch, capsys):
-    monkeypatch.delattr(ais.Store, "stale_temp_files", raising=False)
-    assert run_main(project, "health", "--json") == 0
-    health = json.loads(capsys.readouterr().out)
-    assert health["stale_temp_files"] == 0 and health["dropped_captures"] == 0
-
-
 # -- one registration per command --
 
 def test_every_command_is_registered_once_with_its_function():

@@ -407,9 +407,9 @@ def test_a_late_daemon_reply_does_not_duplicate_the_capture(project):
     """A stand-in daemon journals the capture but never answers: the hook gives up and
     journals in-process too, under the same name, so the capture is stored once."""
     store = store_of(project).ensure()
-    lock_fd = os.open(store.path("daemon.run.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    lock_fd = os.open(store.run_lock_file, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock_fd, fcntl.LOCK_EX)  # "alive": the hook must not start a real daemon now
-    sock_path = store.path("daemon.sock")
+    sock_path = store.socket_file
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(sock_path)
     server.listen(4)
@@ -481,7 +481,7 @@ def test_daemon_workers_drain_a_large_backlog_while_requests_come_in(project):
         store.inbox_append(mod.prepare_capture(text, "prompt"))
     (project / ".ai" / "inbox" / "c0000bad.json").write_text("{not json")
     daemon = mod.Daemon(str(project))
-    daemon.socket = store.path("daemon.sock")  # never bound: only the status file names it
+    daemon.socket = store.socket_file  # never bound: only the status file names it
     daemon._warm()
     answers = []
 

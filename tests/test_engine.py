@@ -33,7 +33,7 @@ def embedded(monkeypatch):
 @pytest.fixture
 def daemon(project, embedded):
     d = ais.Daemon(str(project))
-    d.socket = d.store.path("daemon.sock")  # never bound: only the status file names it
+    d.socket = d.store.socket_file  # never bound: only the status file names it
     d._warm()
     yield d
     d.stopping.set()

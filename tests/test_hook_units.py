@@ -210,7 +210,7 @@ class FakeDaemon:
 
     def start(self, store, project):
         self.starts += 1
-        return "started"
+        return ai.DAEMON_STARTED
 
 
 @pytest.fixture

@@ -109,7 +109,7 @@ def test_recall_reactivates_a_suspended_match_and_says_so(project):
 
 
 def test_active_limit_suspends_the_least_relevant(project):
-    (project / ".ai").mkdir()
+    (project / ".ai").mkdir(mode=0o700)
     (project / ".ai" / "config.json").write_text(json.dumps({"mode": "light"}))
     mem = ais.open_memory(str(project))
     subjects = ["kafka", "redis", "nginx", "terraform", "graphql", "webpack", "django", "flutter", "rust",

@@ -269,16 +269,16 @@ def test_temp_names_are_unguessable():
 
 def test_a_symlinked_record_is_quarantined_not_read(store, outside):
     (outside / "t1.json").write_text(json.dumps({"id": "t1", "status": "active", "messages": []}))
-    os.symlink(outside / "t1.json", os.path.join(store.threads_dir, "t1.json"))
+    os.symlink(outside / "t1.json", store.thread_file("t1"))
     assert list(store.iter_threads()) == []
     assert store.quarantined() and (outside / "t1.json").exists()
 
 
 def test_reading_a_record_never_follows_a_symlink(store, outside):
     (outside / "config.json").write_text(json.dumps({"language": "fr"}))
-    os.symlink(outside / "config.json", store.path("config.json"))
+    os.symlink(outside / "config.json", store.config_file)
     with pytest.raises(ais.CorruptRecord):
-        ais.read_json(store.path("config.json"))
+        ais.read_json(store.config_file)
 
 
 def test_make_private_dir_never_chmods_through_a_link(store, outside):
@@ -488,7 +488,7 @@ def test_a_refused_socket_folder_starts_no_daemon_and_hooks_still_work(tmp_path,
     folder.mkdir(mode=0o700)
     os.chown(folder, OTHER_UID, OTHER_UID)
     store = ais.Store(str(project / ".ai")).ensure()
-    assert ais.start_daemon(store, str(project)) == "refused"
+    assert ais.start_daemon(store, str(project)) == ais.DAEMON_REFUSED
     assert not ais.daemon_alive(store)
     # The hook falls back to its in-process work: the prompt is journaled all the same.
     monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(project))

@@ -179,3 +179,17 @@ def test_a_paused_drain_saves_what_it_applied_and_keeps_the_rest_journaled(proje
     rest = mem.drain()
     assert len(rest) == 19 and not set(rest) & set(first)
     assert sorted(m["text"] for t in mem.threads.values() for m in t["messages"]) == sorted(texts)
+
+
+def test_the_generation_state_stays_small_whatever_a_change_touches(tmp_path):
+    """F12: a change of thousands of records is recorded as a full reload, not as its ids, so
+    hooks that read state.json never parse megabytes; a small change still lists its ids."""
+    store = ais.Store(str(tmp_path / ".ai")).ensure()
+    for _ in range(ais.STATE_CHANGES + 5):
+        store.bump([f"t{i:06d}" for i in range(ais.STATE_CHANGE_IDS + 1)])
+    store.bump(["tsmall"])
+    state = store.state()
+    assert len(state["changes"]) <= ais.STATE_CHANGES + 1
+    assert [c[1] for c in state["changes"][:-1]] == ["*"] * (len(state["changes"]) - 1)
+    assert state["changes"][-1][1] == ["tsmall"]
+    assert os.path.getsize(store.state_file) < 16 * 1024
