@@ -1,10 +1,11 @@
-"""What every test file shares: paths, the event<->hook map, polling, stopping daemons, hook
-payloads, and the fixtures that come from ../shared.
+"""What every test file shares: paths, the event<->hook map, running a hook as installed and
+checking its output against the contract, polling, stopping daemons, hook payloads, and the
+fixtures that come from ../shared.
 
 Imported by conftest.py, the test files and e2e_support.py. It puts the repo root and tests/
 on sys.path itself, so `import ai_smartness` works wherever it is imported from. The module is
-reached only through a few names (HOOKS, Store, data_dir_of, daemon_alive, stop_daemon):
-when those change, this file changes, not the tests."""
+reached only through a few names (HOOKS, Store, data_dir_of, daemon_alive, daemon_info,
+stop_daemon): when those change, this file changes, not the tests."""
 import json
 import os
 import signal
