@@ -360,10 +360,6 @@ class Memo(dict):
         return out
 
 
-def now_ts():
-    return time.time()
-
-
 def iso(ts):
     """Seconds since the epoch -> ISO 8601 UTC with a Z."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
