@@ -4318,11 +4318,13 @@ def stop_daemon(store, timeout=STOP_WAIT_SECONDS):
     is left."""
     if not daemon_alive(store):
         return True
-    request(store, "stop", timeout=PROBE_TIMEOUT_SECONDS)
+    asked = "error" not in request(store, "stop", timeout=PROBE_TIMEOUT_SECONDS)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not daemon_alive(store):
             return True
+        if not asked:  # a daemon just started listens only once bound: ask again until it hears
+            asked = "error" not in request(store, "stop", timeout=PROBE_TIMEOUT_SECONDS)
         time.sleep(EXIT_POLL_SECONDS)
     pid = daemon_info(store).get("pid")
     if pid:

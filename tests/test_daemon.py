@@ -500,3 +500,13 @@ def test_daemon_workers_drain_a_large_backlog_while_requests_come_in(project):
     assert answers and all(a.get("ok") for a in answers)
     stored = [m["text"] for t in mod.Memory(store.dir).store.load_threads().values() for m in t["messages"]]
     assert sorted(stored) == sorted(texts)
+
+
+def test_a_daemon_stopped_right_after_a_hook_started_it_exits_on_request(project):
+    """`daemon stop` at once after a hook spawned the daemon (not yet listening): the stop is
+    asked again until the daemon hears it, so it leaves cleanly instead of being killed after
+    the whole wait with its status file and socket left behind."""
+    store = mod.Store(mod.data_dir_of(str(project))).ensure()
+    assert mod.start_daemon(store, str(project)) == mod.DAEMON_STARTED  # returns once spawned
+    assert cli("daemon", "stop", project=project).returncode == 0
+    assert not (project / ".ai" / "daemon.json").exists() and not (project / ".ai" / "daemon.sock").exists()
