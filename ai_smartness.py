@@ -188,6 +188,9 @@ QUERY_CACHE_SIZE = 16
 # Longest string and list a hook payload keeps (before any other cut): nothing downstream
 # keeps more.
 PAYLOAD_STRING_CHARS, PAYLOAD_LIST_ITEMS = 60000, 500
+# Payload keys up to this long that are plain identifiers are field names (those of tool and
+# prompt payloads fit), not redacted: a token is longer or not an identifier.
+PLAIN_KEY_CHARS = 16
 # Characters of a recall query (the rest of a long path is not a question).
 RECALL_QUERY_CHARS = 300
 # The session briefing's cuts: a restored synthesis, the hot thread's summary, a synthesis note.
@@ -4843,6 +4846,9 @@ class Daemon:
             return {"ok": True, "stdout": answer(name, payload, self.store, None) or ""}
         if not self.ready:
             return {"error": DAEMON_WARMING}
+        if name == "inject":  # the prompt is safe before the embedding and the memory lock
+            if journal_prompt(self.store, clean_payload(trim_strings(payload))):
+                payload[JOURNALED_KEY] = True
         self._refresh_config()
         with self.ahead:
             # The query's embedding needs only the model: computed before taking the memory
@@ -5306,7 +5312,10 @@ def trim_strings(value, limit=PAYLOAD_STRING_CHARS):
             value = (head if len(head) >= limit + SECRET_SPAN // 2 else redact(value))[:limit]
         return value.encode("utf-8", "replace").decode("utf-8")
     if isinstance(value, dict):
-        return {trim_strings(redact(str(k)), limit): trim_strings(v, limit) for k, v in value.items()}
+        # A field name (a short identifier) cannot hold a secret on its own: only other keys
+        # pay for redaction, which keeps every hook's payload walk cheap.
+        return {trim_strings(k if isinstance(k, str) and len(k) <= PLAIN_KEY_CHARS and k.isidentifier()
+                             else redact(str(k)), limit): trim_strings(v, limit) for k, v in value.items()}
     if isinstance(value, list):
         return [trim_strings(v, limit) for v in value[:PAYLOAD_LIST_ITEMS]]
     return value
@@ -5451,19 +5460,20 @@ def shell_answer(found, payload, store, project):
     if found.name == "capture" and own_file(payload, store.dir):
         return None  # a Read of our own recall answer: no round trip only to discard it
     if found.via_daemon:
+        # A warm daemon journals a prompt or capture before any other work (Daemon.cmd_hook),
+        # and the budget stays held back until it has answered: a prompt is never lost to it,
+        # and a hook process does not pay for cleaning and journaling what the daemon does.
         payload[CAPTURE_KEY] = new_id("c")
-    if found.name == "inject":
-        # Journaled (and fsynced) before the daemon is asked anything: neither a slow daemon
-        # nor the budget can lose the prompt. The daemon then does not journal it again.
-        if journal_prompt(store, clean_payload(payload)):
-            payload[JOURNALED_KEY] = True
-        release_budget()  # the prompt is safe: now the budget may end the rest
-    if found.via_daemon:
         reply = request(store, "hook", timeout=daemon_wait(store, found), name=found.name, payload=payload)
         if reply.get("ok"):
             return reply.get("stdout") or None
         if reply.get("error") != DAEMON_WARMING:
             start_daemon(store, project)
+    if found.name == "inject":
+        # No daemon answered (it may still have journaled: same capture id, stored once).
+        if journal_prompt(store, clean_payload(payload)):
+            payload[JOURNALED_KEY] = True
+        release_budget()  # the prompt is safe: now the budget may end the rest
     out = answer(found.name, payload, store, None)
     if found.name == "start":
         start_daemon(store, project)

@@ -261,15 +261,33 @@ def test_our_own_recall_file_costs_no_daemon_request(shell, project):
     assert len(shell.fake.requests) == 1
 
 
-def test_the_prompt_is_journaled_before_the_daemon_is_asked(shell):
-    seen = []
-    shell.fake.request = lambda store, cmd, timeout=2.0, **args: seen.append(inbox_texts(store)) or \
+def test_a_warm_daemon_journals_the_prompt_and_the_shell_journals_only_without_one(shell):
+    asked = []
+    ai.request = shell.fake.request = lambda store, cmd, timeout=2.0, **args: asked.append(args) or \
         {"ok": True, "stdout": ""}
-    ai.request = shell.fake.request
     shell("inject", {"session_id": "s", "prompt": "Migrate the orders table to monthly partitions"})
-    assert seen == [["Migrate the orders table to monthly partitions"]]
-    # The daemon is told not to journal it again.
-    assert len(shell.store.inbox_pending()) == 1
+    assert len(asked) == 1 and shell.store.inbox_pending() == []  # the daemon's to journal
+    ai.request = shell.fake.request = lambda store, cmd, timeout=2.0, **args: asked.append(args) or \
+        {"error": "ConnectionRefusedError"}
+    shell("inject", {"session_id": "s", "prompt": "Split the invoices job by customer"})
+    assert inbox_texts(shell.store) == ["Split the invoices job by customer"]
+    # A daemon that journaled but answered too late: the shell's journal has the same id.
+    assert os.path.basename(shell.store.inbox_pending()[0]) == asked[-1]["payload"][ai.CAPTURE_KEY] + ".json"
+
+
+def test_the_daemon_journals_a_prompt_before_embedding_it(store, monkeypatch):
+    daemon = ai.Daemon.__new__(ai.Daemon)
+    daemon.store, daemon.ready = store, True
+    seen = []
+
+    def stop_here(*args, **kw):
+        seen.append(inbox_texts(store))
+        raise RuntimeError("stop here")
+    monkeypatch.setattr(ai.Daemon, "_refresh_config", stop_here)
+    payload = {"session_id": "s", "prompt": "Cache the tax rates per region", ai.CAPTURE_KEY: ai.new_id("c")}
+    with pytest.raises(RuntimeError):
+        daemon.cmd_hook("inject", payload)
+    assert seen == [["Cache the tax rates per region"]] and payload[ai.JOURNALED_KEY]
 
 
 def test_a_prompt_survives_a_budget_that_ends_during_retrieval(shell, monkeypatch):
