@@ -4979,11 +4979,12 @@ def same_dir(a, b):
     return a == b or os.path.realpath(a) == os.path.realpath(b)
 
 
-def recall_query(payload, project):
+def recall_query(payload, project, redacted=True):
     """The query of a Read of this project's own .ai/recall/<query>, else None. The folder
     holding .ai/ must be the project: given absolute, or relative to the payload's cwd (to
     the project when the payload names no cwd); `vendor/pkg/.ai/recall/x` is someone else's.
-    The query is only ever used as search text, never as a path."""
+    The query is only ever used as search text, never as a path. `redacted=False` only tells
+    whether there is one (the process shell's gate: no redaction to pay for a yes or no)."""
     if payload.get("tool_name") != "Read":
         return None
     inp = payload.get("tool_input")
@@ -5009,7 +5010,8 @@ def recall_query(payload, project):
     if not same_dir(folder, project):
         return None  # another folder's recall path: not ours to answer
     from urllib.parse import unquote
-    query = redact(unquote(path[at + len(marker):])).replace("/", " ").strip()  # redacted before any cut
+    query = unquote(path[at + len(marker):])
+    query = (redact(query) if redacted else query).replace("/", " ").strip()  # redacted before any cut
     if query.endswith((".md", ".txt")):
         query = query.rsplit(".", 1)[0]
     return query[:RECALL_QUERY_CHARS] or None
@@ -5455,7 +5457,7 @@ def _hook_process(name, project_arg, signal):
 def shell_answer(found, payload, store, project):
     """What the process shell does with a parsed payload: the cheap gates first, the prompt
     journaled, then the warm daemon if there is one, else answer() in-process."""
-    if found.name == "pretool" and recall_query(payload, project) is None:
+    if found.name == "pretool" and recall_query(payload, project, redacted=False) is None:
         return None  # every other tool call passes untouched, before any further work
     if found.name == "capture" and own_file(payload, store.dir):
         return None  # a Read of our own recall answer: no round trip only to discard it
