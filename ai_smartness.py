@@ -1249,11 +1249,12 @@ class Store:
 
     def write_recall(self, query, text):
         """Write a recall answer under cache/recall/; returns its path. The name is a slug of the
-        redacted query plus a sha256 prefix of it: no secret, no unsafe character in a file name."""
-        import hashlib
+        redacted query plus a 64-bit BLAKE2 digest of it: no secret, no unsafe character in a
+        file name, no two queries sharing one."""
+        from _blake2 import blake2b  # not hashlib: it loads OpenSSL into every hook process
         query = redact(query)
         slug = re.sub(r"[^a-z0-9]+", "-", query.lower()).strip("-")[:60] or "recall"
-        path = os.path.join(self.recall_dir, f"{slug}-{hashlib.sha256(query.encode()).hexdigest()[:16]}.md")
+        path = os.path.join(self.recall_dir, f"{slug}-{blake2b(query.encode(), digest_size=8).hexdigest()}.md")
         write_bytes_atomic(path, (text if text.endswith("\n") else text + "\n").encode("utf-8"))
         return path
 
