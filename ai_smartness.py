@@ -300,6 +300,28 @@ HEALTH_MIN_COVERAGE, HEALTH_MIN_CONTINUATION, HEALTH_MIN_THREADS, HEALTH_MAX_PEN
 REINDEX_PROGRESS_LINES = 20
 # Characters of a CLI error line on stderr.
 ERROR_LINE_CHARS = 300
+# -- files in play --
+# What a tool did to the files it names (tool_capture); "mention": a prompt or answer names it.
+FILE_OPS = {"Read": "read", "Write": "write", "Edit": "edit", "MultiEdit": "edit", "NotebookEdit": "edit",
+            "Bash": "run"}
+# Files one capture records at most, and path characters kept for one.
+MAX_CAPTURE_FILES, FILE_PATH_CHARS = 12, 300
+# The files a thread lists (the most recently touched), and a message's newest files kept per file.
+THREAD_FILES, FILE_RECENT_MESSAGES = 20, 12
+# Messages (the newest) replayed to build the file table after a load.
+FILE_TABLE_MESSAGES = 20000
+# Ranking of the files in play (Memory.files_in_play): weights of a name in the prompt (path or
+# basename; file stem as a word), of the prompt's BM25 against the words of the turns that
+# touched the file, of recency (1 / (1 + rank / FILE_RECENCY_RANKS)) and of how often it was
+# touched (saturating at FILE_TOUCHES_FULL). Measured on replayed Claude Code sessions
+# (bench/README.md): the prompt's words against each file's turns carry most of the gain over
+# a plain most-recent list.
+FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0}
+FILE_RECENCY_RANKS, FILE_TOUCHES_FULL = 5, 5
+# Files named in the injected text, and earlier messages shown for the first of them.
+FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 2
+# Words kept per file in the file table (its most frequent).
+FILE_WORDS_KEPT = 300
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -1868,7 +1890,49 @@ def tool_capture(payload, data_dir=None):
         target = inp.get("url") or inp.get("query") or ""
         text = f"{tool} {target}: {shorten(str(inp.get('prompt') or ''), 200)}\n" \
                f"{head_tail(_response_text(resp), 1200, 300)}"
-    return {"text": text, "source": f"tool:{tool}", "origin": origin, "file": path}
+    cap = {"text": text, "source": f"tool:{tool}", "origin": origin, "file": path}
+    if data_dir and tool in FILE_OPS:
+        project, cwd = os.path.dirname(data_dir), payload.get("cwd")
+        named = [path] if path else _command_paths(str(inp.get("command") or ""))
+        files = [f for f in (project_relpath(x, project, cwd) for x in named) if f]
+        if files:
+            cap["files"], cap["op"] = list(dict.fromkeys(files))[:MAX_CAPTURE_FILES], FILE_OPS[tool]
+    return cap
+
+
+# A shell word that may be a path (quotes, operators and redirections split words).
+_SHELL_WORD_RE = LazyRe(r"""[^\s'"`;|&<>(){}\[\]=,]+""")
+_FILE_NAME_RE = LazyRe(r"[\w.@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}")
+
+
+def _command_paths(command):
+    """The words of a shell command that name files: a name with an extension, alone or at the
+    end of a path (`pytest tests/test_api.py`, `cat src/app.ts`); not options, URLs or folders."""
+    out = []
+    for word in _SHELL_WORD_RE.findall(command[:4000]):
+        word = word.strip(":")
+        if word.startswith("-") or "://" in word or not _FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]):
+            continue
+        out.append(word)
+    return out
+
+
+def project_relpath(path, project, cwd=None):
+    """`path` (absolute, or relative to `cwd` when that is absolute, else to the project) as a
+    path relative to the project, or None when it lies outside it or in its .ai/. Text only:
+    the file may be gone, or live on another machine (imported history)."""
+    if not isinstance(path, str) or not path.strip() or len(path) > FILE_PATH_CHARS or "\x00" in path:
+        return None
+    path = path.strip().strip("'\"`").replace("\\", "/")
+    if path.startswith("~"):
+        return None
+    base = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else project
+    full = os.path.normpath(os.path.join(base, path))
+    for root in dict.fromkeys((os.path.normpath(project), os.path.realpath(project))):
+        if full.startswith(root.rstrip("/") + "/"):
+            rel = full[len(root.rstrip("/")) + 1:]
+            return None if rel.split("/", 1)[0] == ".ai" else rel
+    return None
 
 
 def is_inside(path, root):
@@ -2136,6 +2200,22 @@ def similarity(cos, topics_a, topics_b):
     """The specified blend: 0.7 cosine + 0.3 topic overlap + 0.15 on an exact topic match."""
     overlap, exact = topic_overlap(topics_a, topics_b)
     return min(1.0, 0.7 * max(cos, 0.0) + 0.3 * overlap + (0.15 if exact else 0.0))
+
+
+def note_thread_files(thread, msg):
+    """A thread's files: what was last done to each and when, how often; the THREAD_FILES most
+    recently touched are kept."""
+    files = thread.setdefault("files", {})
+    op = msg.get("op") or "mention"
+    for path in msg["files"]:
+        rec = files.get(path)
+        if rec is None:
+            files[path] = {"op": op, "at": msg["ts"], "n": int(op != "mention")}
+        elif op != "mention":
+            rec.update(op=op, at=msg["ts"], n=rec.get("n", 0) + 1)
+    if len(files) > THREAD_FILES:
+        keep = sorted(files, key=lambda p: (files[p].get("n", 0) > 0, files[p].get("at", "")))[-THREAD_FILES:]
+        thread["files"] = {p: files[p] for p in keep}
 
 
 def effective_weight(thread, now, half_life_days):
@@ -3019,6 +3099,101 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
     return out
 
 
+# A word of a prompt or an answer that may name a file: a name with an extension, maybe a path.
+_FILE_MENTION_RE = LazyRe(r"[\w./@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}\b")
+
+
+class FileTable:
+    """What the memory knows of each project file, from the messages that touched or named it
+    (given in time order to note()): how often and when it was touched, its newest messages,
+    and the words of the turns that touched it: the prompt that started the turn and the
+    agent's conclusion say what the work on the file was about, which its own text rarely
+    does."""
+
+    def __init__(self):
+        self.files = {}  # path -> {"n", "last", "op", "mids", "words": Counter}
+        self.by_base = {}  # basename -> paths
+        self._turns = {}  # session -> (the terms of its latest prompt, the files touched since)
+
+    def note(self, msg):
+        session, source = msg.get("session") or "", msg.get("source")
+        if source == "prompt":
+            self._turns[session] = (terms(msg["text"]), set())
+        turn = self._turns.get(session)
+        ts, op = ts_of(msg, "ts"), msg.get("op") or "mention"
+        for path in msg.get("files") or ():
+            st = self.files.get(path)
+            if st is None:
+                st = self.files[path] = {"n": 0, "last": 0.0, "op": op, "mids": deque(maxlen=FILE_RECENT_MESSAGES),
+                                         "words": Counter(terms(path.replace("/", " ")))}
+                self.by_base.setdefault(path.rsplit("/", 1)[-1], set()).add(path)
+            st["mids"].append(msg["id"])
+            if op != "mention":
+                st["n"] += 1
+                st["last"], st["op"] = max(st["last"], ts), op
+                if turn and path not in turn[1]:
+                    turn[1].add(path)
+                    self._learn(st, turn[0])
+        if source == "assistant" and turn:
+            words = terms(msg["text"])
+            for path in turn[1]:
+                self._learn(self.files[path], words)
+
+    @staticmethod
+    def _learn(st, words):
+        bag = st["words"]
+        bag.update(words)
+        if len(bag) > 4 * FILE_WORDS_KEPT:  # bounded: the most frequent words say what it is about
+            st["words"] = Counter(dict(bag.most_common(FILE_WORDS_KEPT)))
+
+    def mentioned(self, text):
+        """The known files a text names, by path or by a basename no other known file has."""
+        out = []
+        for word in _FILE_MENTION_RE.findall(text or ""):
+            word = word.strip("./")
+            if word in self.files:
+                out.append(word)
+            else:
+                same = self.by_base.get(word.rsplit("/", 1)[-1], ())
+                if len(same) == 1 and (word.count("/") == 0 or next(iter(same)).endswith("/" + word)):
+                    out.append(next(iter(same)))
+        return list(dict.fromkeys(out))[:MAX_CAPTURE_FILES]
+
+    def rank(self, prompt, limit):
+        """The `limit` files most likely in play for a prompt, best first, with their record:
+        named by the prompt, about what the prompt is about (BM25 of its terms against the
+        words of each file's turns), recently and often touched (FILE_WEIGHTS)."""
+        touched = [(p, st) for p, st in self.files.items() if st["n"]]
+        if not touched or limit <= 0:
+            return []
+        w = FILE_WEIGHTS
+        named = set(self.mentioned(prompt))
+        qterms = set(terms(prompt))
+        stems = {t for t in qterms if len(t) > 3}
+        n = len(touched)
+        df = Counter(t for _, st in touched for t in qterms if t in st["words"])
+        sizes = {p: sum(st["words"].values()) for p, st in touched}
+        avg = sum(sizes.values()) / n or 1.0
+        bm = {}
+        for p, st in touched:
+            score = 0.0
+            for t in df:
+                tf = st["words"].get(t, 0)
+                if tf:
+                    score += bm25_idf(n, df[t]) * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * sizes[p] / avg))
+            bm[p] = score
+        top = max(bm.values()) or 1.0
+        order = sorted(touched, key=lambda x: -x[1]["last"])
+        scores = {}
+        for rank, (p, st) in enumerate(order):
+            stem_ = terms(p.rsplit("/", 1)[-1].rsplit(".", 1)[0])
+            scores[p] = (w["named"] * (p in named) + w["stem"] * (p not in named and bool(stems.intersection(stem_)))
+                         + w["words"] * bm[p] / top + w["recency"] / (1 + rank / FILE_RECENCY_RANKS)
+                         + w["touches"] * min(1.0, st["n"] / FILE_TOUCHES_FULL))
+        best = sorted(order, key=lambda x: -scores[x[0]])[:limit]  # stable: the newest first on a tie
+        return best
+
+
 # ==== 7. Memory engine ====
 # Binds the store, the embedder and the clock to the pure logic above. Vectors live in
 # side tables (array('f') per message and per thread), never inside the thread dicts.
@@ -3047,9 +3222,11 @@ def data_dir_of(project):
     return os.path.join(project, ".ai")
 
 
-def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=None, origin=None):
+def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=None, origin=None, files=None,
+                    op=None):
     """Clean, redact and size a capture; None when it is noise. Shared by the CLI, the hooks
-    and the daemon so every path stores the same thing."""
+    and the daemon so every path stores the same thing. `files`: the project-relative paths
+    the event touched, `op` what it did to them (FILE_OPS)."""
     ts = time.time()
     if at:  # checked before anything is journaled: a bad time would poison every drain
         ts = valid_ts(at)
@@ -3065,6 +3242,8 @@ def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=N
         entry["file"] = clean_field(file_path, 500)
     if session_id:
         entry["session"] = clean_field(session_id, 100)
+    if files and op in FILE_OPS.values():
+        entry["files"], entry["op"] = [clean_field(f, FILE_PATH_CHARS) for f in files[:MAX_CAPTURE_FILES]], op
     return entry
 
 
@@ -3237,6 +3416,7 @@ class MemoryIndex:
         self._shared = {}
         self._digest = {}  # thread id -> its encoded entry of db/index.json, until it changes
         self._hot = None
+        self._files = None  # the FileTable, built when first needed (see file_table)
 
     def load(self):
         self._reset()
@@ -3336,7 +3516,20 @@ class MemoryIndex:
                 out[key] = self._shared.setdefault(value, value)
         return out
 
+    def file_table(self):
+        """The FileTable of the newest FILE_TABLE_MESSAGES messages, built on first use: a
+        load that serves no prompt does not pay for it. Kept current by _add_message; a
+        thread read or dropped from disk has it rebuilt."""
+        if self._files is None:
+            table = FileTable()
+            newest = sorted(self.msgs.values(), key=lambda m: (ts_of(m, "ts"), m["id"]))[-FILE_TABLE_MESSAGES:]
+            for msg in newest:
+                table.note(msg)
+            self._files = table
+        return self._files
+
     def _index_thread(self, thread, link=True):
+        self._files = None
         tid = self._shared.setdefault(thread["id"], thread["id"])
         if tid in self.threads:  # the same id in two files: the last one read wins
             self._unindex_thread(tid)
@@ -3482,6 +3675,7 @@ class MemoryIndex:
         self.row_session[row] = self.row_prev[row] = self.row_next[row] = -1
 
     def _unindex_thread(self, tid):
+        self._files = None
         thread = self.threads.pop(tid, None)
         self._digest.pop(tid, None)
         self.tvec.pop(tid, None)
@@ -3641,6 +3835,10 @@ class MemoryWriter(MemoryIndex):
         cid = self.store.inbox_append(entry)
         return self.drain().get(cid, {"action": "QUEUED", "capture_id": cid})
 
+    def flush(self):
+        """Process every journaled capture and write the digest now (scripts, benchmarks)."""
+        self.drain()
+
     def drain(self, batch=64, once=False, vectors=None, pause=None):
         """Process every journaled capture (only the oldest `batch` when `once`) in order under
         the db lock, saving each record a batch touched once; a capture's journal file goes
@@ -3744,6 +3942,13 @@ class MemoryWriter(MemoryIndex):
         for key in ("file", "session"):
             if entry.get(key):
                 msg[key] = entry[key]
+        files = entry.get("files")
+        if isinstance(files, list) and entry.get("op") in FILE_OPS.values():
+            msg["files"], msg["op"] = [f for f in files if isinstance(f, str) and f][:MAX_CAPTURE_FILES], entry["op"]
+        elif entry["source"] in ("prompt", "assistant"):
+            named = self.file_table().mentioned(entry["text"])
+            if named:
+                msg["files"] = named
         self._add_message(thread, msg, vec, ext, now)
         touched_t.add(thread["id"])
         # Bridges to the other threads this content resembles, typed by its wording.
@@ -3809,6 +4014,10 @@ class MemoryWriter(MemoryIndex):
         thread["messages"].append(msg)
         self._add_msg(tid, msg, vec)
         self._link(msg["id"])
+        if self._files is not None:
+            self._files.note(msg)
+        if msg.get("files"):
+            note_thread_files(thread, msg)
         counts = thread.setdefault("topic_counts", {})
         for rank, topic in enumerate(ext["topics"]):
             counts[topic] = round(counts.get(topic, 0) + 1.0 - rank * TOPIC_RANK_STEP, 3)
@@ -3949,20 +4158,50 @@ class Memory(MemoryWriter):
     def search(self, query, limit=10):
         return self.retrieve(query, limit)[0]
 
-    def context(self, prompt, budget=None, exclude=()):
-        """The memory injected with a prompt, within `budget` characters (see render_context).
-        `exclude`: message or capture ids left out (a prompt journaled, maybe drained, before
-        it is answered)."""
+    def context(self, prompt, budget=None, exclude=(), session=None):
+        """The memory injected with a prompt, within `budget` characters (see render_context):
+        the files in play, the state of the current work (the thread `session` worked on last,
+        else the hot thread), the latest messages about the first files, then what retrieval
+        finds. `exclude`: message or capture ids left out (a prompt journaled, maybe drained,
+        before it is answered)."""
         budget = budget or self.cfg["inject_budget"]
-        hits, _ = self.retrieve(prompt, limit=40, exclude=[message_id(i) for i in exclude])
+        skip = {message_id(i) for i in exclude}
+        hits, _ = self.retrieve(prompt, limit=40, exclude=skip)
         now = self.clock()
+        files = self.file_table().rank(prompt, FILES_SHOWN)
+        evidence = []
+        for _, st in files[:EVIDENCE_FILES]:
+            fresh = [m for m in reversed(st["mids"]) if m in self.msgs and m not in skip]
+            evidence += [self._hit(m, 1.0) for m in fresh[:EVIDENCE_PER_FILE]]
+        current = self.current_thread(session, skip)
         text, items = render_context(
-            hits, self.threads, self.msgs, lambda tids, skip: self.related_threads(tids, skip, now),
-            self.store.rules(), budget, terms(prompt), now, self.lang, self.cfg.get("guardcode"))
+            evidence + hits, self.threads, self.msgs, lambda tids, skip: self.related_threads(tids, skip, now),
+            self.store.rules(), budget, terms(prompt), now, self.lang, self.cfg.get("guardcode"),
+            files=files, current=current)
         return {"text": text, "message_ids": [i["message_id"] for i in items],
                 "thread_ids": list(dict.fromkeys(i["thread_id"] for i in items)),
                 "items": [{"message_id": i["message_id"], "text": i["line"],
                            "full_len": len(item_line(self.msgs[i["message_id"]], self.lang))} for i in items]}
+
+    def _hit(self, mid, score):
+        """A message as retrieve() returns it."""
+        msg = self.msgs[mid]
+        tid = self.thread_rows.keys[self.row_thread[self.rows.of[mid]]]
+        return {"message_id": mid, "thread_id": tid, "score": score, "text": msg["text"], "timestamp": msg["ts"],
+                "source": msg.get("source"), "file": msg.get("file"), "title": self.threads[tid]["title"],
+                "status": self.threads[tid]["status"], "verbatim": True}
+
+    def current_thread(self, session=None, skip=()):
+        """(The thread of the work in progress, its newest conclusion or None): the thread the
+        session's latest message went to, else the thread worked on last."""
+        members = [m for m in self.sessions.get(session, ()) if m not in skip] if session else []
+        tid = (self.thread_rows.keys[self.row_thread[self.rows.of[members[-1]]]] if members
+               else self.hot_id() if self.threads else None)
+        thread = self.threads.get(tid)
+        if thread is None:
+            return None
+        last = next((m for m in reversed(thread["messages"]) if m.get("source") == "assistant"), None)
+        return thread, last
 
     def related_threads(self, thread_ids, exclude=(), now=None):
         now = now or self.clock()
@@ -4050,12 +4289,23 @@ def item_line(msg, lang, text=None):
     return f"[{format_date(ts_of(msg, 'ts'), lang)}] {source_label(msg.get('source'))}{msg['text'] if text is None else text}"
 
 
-def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, lang, guardcode):
-    """The text injected with a prompt, within `budget` characters: a header, the best `hits`
-    (focused on the query terms) packed under their thread's line, up to three threads
+def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, lang, guardcode, files=(),
+                   current=None):
+    """The text injected with a prompt, within `budget` characters: a header, the `files` in
+    play (FileTable.rank), the `current` work (Memory.current_thread), the best `hits` (focused
+    on the query terms unless `verbatim`) packed under their thread's line, up to three threads
     `related_of(thread ids, ids to skip)` to the first one, then the rules and reminders.
     Returns (the text, the packed hits with their `line`)."""
     head = tr("ctx_header", lang)
+    if files:
+        head += "\n" + shorten(tr("ctx_files", lang, files=", ".join(
+            f"{path} ({st['op']} {human_age(now - st['last'], lang)})" for path, st in files)), budget // 5)
+    if current:
+        thread, last = current
+        line = tr("ctx_current", lang, title=shorten(thread["title"], 80), age=age_ago(now - ts_of(thread, "last_active"), lang))
+        if last:
+            line += " " + tr("ctx_last", lang, text=last["text"])
+        head += "\n" + shorten(line, budget // 6)
     tail = []
     if rules:
         tail.append(shorten(tr("ctx_rules", lang) + " " +
@@ -4073,9 +4323,12 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
         return headers[tid]
     # focus() keeps at least half of a text: a bound that lets packing skip rendering.
     candidates = [dict(h, group=h["thread_id"], min_len=min(len(h["text"]), 150) // 2) for h in hits if h["score"] > 0]
+
+    def text_of(h):
+        return h["text"] if h.get("verbatim") else focus(h["text"], qterms)
     # Each item is indented under its thread's header, which costs space once.
     items = pack_items(candidates, max(0, budget - fixed), indent=4, group_cost=lambda g: len(header(g)) + 1,
-                       render=lambda h: item_line(msgs[h["message_id"]], lang, focus(h["text"], qterms)))
+                       render=lambda h: item_line(msgs[h["message_id"]], lang, text_of(h)))
     by_thread = {}
     for item in items:
         by_thread.setdefault(item["thread_id"], []).append(item)
@@ -5139,7 +5392,7 @@ def hook_inject(store, payload, mem):
     hb = store.heartbeat()
     source = mem or lexical_memory(store, prompt, [hb.get("last_thread")])
     # The prompt just journaled is not its own context, should a drain have stored it already.
-    ctx = source.context(prompt, cfg["inject_budget"], exclude=("m" + cid[1:],) if cid else ())
+    ctx = source.context(prompt, cfg["inject_budget"], exclude=("m" + cid[1:],) if cid else (), session=session)
     text = ctx["text"]
     if hb.get("prompt_session") != session:
         hint = proactive_suggestion(mem.threads if mem else store.read_digest(), prompt, lang)
@@ -5177,7 +5430,8 @@ def hook_capture(store, payload, mem):
     if not cap:
         return ""
     journal(store, prepare_capture(cap["text"], cap["source"], cap["file"], session_id=payload.get("session_id"),
-                                   origin=cap["origin"]), payload.get(CAPTURE_KEY))
+                                   origin=cap["origin"], files=cap.get("files"), op=cap.get("op")),
+            payload.get(CAPTURE_KEY))
     return ""
 
 
