@@ -322,6 +322,8 @@ FILE_RECENCY_RANKS, FILE_TOUCHES_FULL = 5, 5
 FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 2
 # Words kept per file in the file table (its most frequent).
 FILE_WORDS_KEPT = 300
+# The briefing's files of the last work-stream, and the other recent work-streams it lists.
+BRIEF_FILES, BRIEF_OTHERS = 5, 3
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -1924,7 +1926,7 @@ def project_relpath(path, project, cwd=None):
     if not isinstance(path, str) or not path.strip() or len(path) > FILE_PATH_CHARS or "\x00" in path:
         return None
     path = path.strip().strip("'\"`").replace("\\", "/")
-    if path.startswith("~"):
+    if path.startswith("~") or re.match(r"[A-Za-z]:/", path):  # a home or a Windows drive: not here
         return None
     base = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else project
     full = os.path.normpath(os.path.join(base, path))
@@ -3818,7 +3820,9 @@ class MemoryWriter(MemoryIndex):
                          # Its index terms: hooks without the daemon need not tokenize the digest.
                          "terms": sorted(set(terms(" ".join([t["title"], " ".join(t.get("topics", [])),
                                                              t.get("summary", "")])))),
-                         "bridges": sorted(self.links.get(tid, ()))}
+                         "bridges": sorted(self.links.get(tid, ())),
+                         "files": sorted(t.get("files") or {}, key=lambda p: t["files"][p].get("at", ""),
+                                         reverse=True)[:BRIEF_FILES]}
                 part = self._digest[tid] = (json.dumps(tid) + ":" + json.dumps(
                     entry, ensure_ascii=False, separators=(",", ":"))).encode("utf-8")
             parts.append(part)
@@ -5315,8 +5319,7 @@ def hook_start(store, payload, mem):
     if payload.get("source") == "compact" and synth:
         lines.append(tr("brief_restored", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_CHARS)))
     elif hot:
-        lines.append(tr("brief_hot", lang, title=hot["title"], topics=", ".join(hot.get("topics", [])[:4]),
-                        summary=shorten(hot.get("summary", ""), BRIEF_SUMMARY_CHARS)))
+        lines += where_work_stopped(hot, store.read_digest(), now, lang)
     elif synth:
         lines.append(tr("brief_synthesis", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_NOTE_CHARS)))
     budget = cfg["briefing_budget"]
@@ -5328,6 +5331,26 @@ def hook_start(store, payload, mem):
     store.update_heartbeat(sessions=int(hb.get("sessions", 0)) + 1, last_session=payload.get("session_id"),
                            last_session_start=iso(now))
     return context_output("SessionStart", text)
+
+
+def where_work_stopped(hot, digest, now, lang):
+    """The briefing's lines on the work: the thread worked on last, its files, its latest
+    conclusion; then the other recent work-streams, a line each, with their files."""
+    files = sorted((hot.get("files") or {}).items(), key=lambda kv: kv[1].get("at", ""), reverse=True)
+    line = tr("brief_hot", lang, title=hot["title"], age=age_ago(now - ts_of(hot, "last_active"), lang))
+    if files:
+        line += " " + tr("brief_files", lang, files=", ".join(f"{p} ({rec.get('op')})" for p, rec in files[:BRIEF_FILES]))
+    last = next((m for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), None)
+    if last:
+        line += " " + tr("brief_last", lang, text=shorten(last["text"], BRIEF_SUMMARY_CHARS))
+    lines = [line]
+    others = sorted(((tid, t) for tid, t in digest.items() if tid != hot["id"]),
+                    key=lambda kv: ts_of(kv[1], "last_active"), reverse=True)[:BRIEF_OTHERS]
+    if others:
+        lines.append(tr("brief_others", lang, items="; ".join(
+            shorten(t.get("title", ""), 60) + (f" ({', '.join(t['files'])})" if t.get("files") else "")
+            for _, t in others)))
+    return lines
 
 
 def proactive_suggestion(threads, prompt, lang):

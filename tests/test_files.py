@@ -1,0 +1,163 @@
+"""Files are first-class: every capture records the project files it touched and what was done
+to them, threads know their files, the injected memory and the briefing name the files in play,
+the current work and its latest conclusion."""
+import json
+
+import pytest
+
+import ai_smartness as ais
+from conftest import hook
+from support import post_payload, prompt_payload, start_payload, stop_payload
+
+
+def test_a_path_is_made_relative_to_the_project_and_never_leaves_it():
+    rel = ais.project_relpath
+    assert rel("/p/src/app.py", "/p") == "src/app.py"
+    assert rel("tests/t.py", "/p", "/p/sub") == "sub/tests/t.py"
+    assert rel("../lib/x.py", "/p", "/p/sub") == "lib/x.py"
+    assert rel("x.py", "/p", "relative/cwd") == "x.py"  # a cwd that is not absolute is ignored
+    assert rel("C:\\p\\a.py", "/p") is None
+    for outside in ("/etc/passwd", "../../etc/passwd", "/p/../q/a.py", "~/.ssh/id_rsa", "/p/.ai/db/x.json",
+                    "/p", "", "a\x00b", "x" * 1000, None, 3):
+        assert rel(outside, "/p", "/p") is None, outside
+
+
+def test_a_shell_command_names_the_files_it_runs_not_its_options_urls_or_folders():
+    assert ais._command_paths("cd app && pytest tests/test_api.py -k login; cat src/app.ts | head > out.log") == [
+        "tests/test_api.py", "src/app.ts", "out.log"]
+    assert ais._command_paths("git push origin main --force; curl https://x.io/a.json; ls src/") == []
+
+
+@pytest.mark.parametrize("tool, tool_input, response, files, op", [
+    ("Read", {"file_path": "{p}/src/a.py"}, {"file": {"content": "import os\n"}}, ["src/a.py"], "read"),
+    ("Edit", {"file_path": "{p}/src/a.py", "old_string": "x = 1", "new_string": "x = 2"}, {}, ["src/a.py"], "edit"),
+    ("Write", {"file_path": "{p}/docs/b.md", "content": "# notes"}, {}, ["docs/b.md"], "write"),
+    ("Bash", {"command": "python -m pytest tests/test_a.py"}, {"stdout": "1 passed"}, ["tests/test_a.py"], "run"),
+    ("Read", {"file_path": "/elsewhere/c.py"}, {"file": {"content": "pass\n"}}, None, None),
+    ("Bash", {"command": "git status"}, {"stdout": "clean"}, None, None),
+])
+def test_a_tool_capture_records_the_files_it_touched(project, tool, tool_input, response, files, op):
+    data_dir = str(project / ".ai")
+    tool_input = {k: v.replace("{p}", str(project)) for k, v in tool_input.items()}
+    cap = ais.tool_capture({"tool_name": tool, "tool_input": tool_input, "tool_response": response,
+                            "cwd": str(project)}, data_dir)
+    assert cap.get("files") == files and cap.get("op") == op
+    entry = ais.prepare_capture(cap["text"], cap["source"], cap["file"], origin=cap["origin"],
+                                files=cap.get("files"), op=cap.get("op"))
+    assert entry.get("files") == files and entry.get("op") == op
+
+
+def test_a_capture_keeps_files_only_with_a_known_operation_and_redacts_them():
+    entry = ais.prepare_capture("Read a file", "tool:Read", files=["a.py"], op="delete")
+    assert "files" not in entry and "op" not in entry
+    secret = "ghp_" + "a1B2" * 9
+    entry = ais.prepare_capture("Read a file", "tool:Read", files=[f"keys/{secret}.txt"], op="read")
+    assert secret not in json.dumps(entry)
+
+
+def work(project, session="s1"):
+    """A turn on the login form, then one on a migration, through the real hooks."""
+    p = str(project)
+    hook("inject", prompt_payload("fix the login form validation", session, project), project)
+    for tool, inp, resp in (
+            ("Read", {"file_path": p + "/src/LoginForm.tsx"},
+             {"file": {"content": "export function LoginForm() {\n  return <form onSubmit={submit} />\n}\n"}}),
+            ("Edit", {"file_path": p + "/src/LoginForm.tsx", "old_string": "onSubmit={submit}",
+                      "new_string": "onSubmit={validateThenSubmit}"}, {}),
+            ("Bash", {"command": "npm test -- src/LoginForm.test.tsx"}, {"stdout": "Tests: 3 passed"})):
+        assert hook("capture", post_payload(tool, inp, resp, session, project), project).returncode == 0
+    hook("stop", stop_payload("Done: the login form validates the email before submitting. "
+                              "Next: reject empty passwords.", session=session, project=project), project)
+    hook("inject", prompt_payload("write the users table migration", session, project), project)
+    hook("capture", post_payload("Write", {"file_path": p + "/db/migrations/001_users.sql",
+                                           "content": "CREATE TABLE users (id serial primary key);"}, {},
+                                 session, project), project)
+    mem = ais.open_memory(str(project))
+    mem.flush()
+    return mem
+
+
+def test_messages_and_threads_record_their_files(project):
+    mem = work(project)
+    by_text = {m["text"].split("\n")[0][:20]: m for m in mem.msgs.values()}
+    edit = next(m for m in mem.msgs.values() if m["text"].startswith("Edited"))
+    assert edit["files"] == ["src/LoginForm.tsx"] and edit["op"] == "edit"
+    run = next(m for m in mem.msgs.values() if m["text"].startswith("$ npm test"))
+    assert run["files"] == ["src/LoginForm.test.tsx"] and run["op"] == "run"
+    thread = mem.threads[mem.thread_rows.keys[mem.row_thread[mem.rows.of[edit["id"]]]]]
+    assert thread["files"]["src/LoginForm.tsx"]["op"] == "edit" and thread["files"]["src/LoginForm.tsx"]["n"] >= 1
+    assert by_text  # every message kept its text
+    # Saved with the thread, and read back.
+    again = ais.open_memory(str(project))
+    again.ensure_loaded()
+    assert again.msgs[edit["id"]]["files"] == ["src/LoginForm.tsx"]
+
+
+def test_a_prompt_that_names_a_known_file_records_it(project):
+    mem = work(project)
+    mem.capture("why does LoginForm.tsx still accept an empty password?", session_id="s2")
+    prompt = next(m for m in mem.msgs.values() if m["text"].startswith("why does"))
+    assert prompt["files"] == ["src/LoginForm.tsx"] and "op" not in prompt
+    mem.capture("and what about Unknown.tsx?", session_id="s2")
+    assert "files" not in next(m for m in mem.msgs.values() if m["text"].startswith("and what"))
+
+
+def test_files_in_play_rank_the_named_file_then_the_work_the_prompt_is_about(project):
+    mem = work(project)
+    ranked = [p for p, _ in mem.file_table().rank("the users migration needs an email column", 3)]
+    assert ranked[0] == "db/migrations/001_users.sql"
+    ranked = [p for p, _ in mem.file_table().rank("the login form still accepts empty passwords", 3)]
+    assert ranked[0] == "src/LoginForm.tsx", ranked  # the words of the turns that touched it
+    ranked = [p for p, _ in mem.file_table().rank("look at 001_users.sql again", 3)]
+    assert ranked[0] == "db/migrations/001_users.sql"
+
+
+def test_the_injected_memory_names_the_files_the_current_work_and_the_latest_edits(project):
+    mem = work(project)
+    ctx = mem.context("the login form still accepts empty passwords", session="s2")
+    text = ctx["text"]
+    files_line = next(line for line in text.splitlines() if line.startswith("Files in play:"))
+    assert files_line.index("src/LoginForm.tsx") < files_line.index("db/migrations/001_users.sql")
+    assert "(edit " in files_line
+    assert "onSubmit={validateThenSubmit}" in text  # the edit itself, verbatim
+    assert len(text) <= 2000
+
+
+def test_the_current_work_is_the_sessions_latest_thread_with_its_last_conclusion(project):
+    mem = work(project)
+    thread, last = mem.current_thread()
+    assert thread["id"] == mem.hot_id()
+    login = next(m for m in mem.msgs.values() if m["text"].startswith("Done: the login form"))
+    login_tid = mem.thread_rows.keys[mem.row_thread[mem.rows.of[login["id"]]]]
+    mem.capture("one more note on the login form validation", session_id="s9")
+    thread, last = mem.current_thread("s1")
+    assert thread["id"] == mem.thread_rows.keys[mem.row_thread[mem.rows.of[mem.sessions["s1"][-1]]]]
+    if thread["id"] == login_tid:
+        assert last["id"] == login["id"]
+    assert mem.current_thread("unknown session")[0]["id"] == mem.hot_id()
+
+
+def test_the_briefing_after_a_gap_says_where_the_work_stopped(project):
+    work(project)
+    out = hook("start", start_payload("startup", "s2", project), project)
+    text = json.loads(out.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "Where the work stopped:" in text
+    assert "src/LoginForm.tsx" in text and "db/migrations/001_users.sql" in text
+    assert len(text) <= 500
+
+
+def test_the_digest_lists_each_threads_newest_files(project):
+    mem = work(project)
+    mem.write_index()
+    digest = mem.store.read_digest()
+    assert any("src/LoginForm.tsx" in t.get("files", []) for t in digest.values())
+
+
+def test_a_journaled_entry_with_bad_files_is_applied_without_them(project):
+    mem = ais.open_memory(str(project))
+    entry = ais.prepare_capture("Read the parser module", "tool:Read", origin="file_read")
+    for files in ("src/a.py", [3, None, "src/b.py"], {"a": 1}):
+        mem.store.inbox_append(dict(entry, files=files, op="read"))
+    mem.flush()
+    kept = [m.get("files") for m in mem.msgs.values()]
+    assert ["src/b.py"] in kept and all(f in (None, ["src/b.py"]) for f in kept)
