@@ -319,7 +319,7 @@ FILE_TABLE_MESSAGES = 20000
 FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0}
 FILE_RECENCY_RANKS, FILE_TOUCHES_FULL = 5, 5
 # Files named in the injected text, and earlier messages shown for the first of them.
-FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 2
+FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 4, 2
 # Words kept per file in the file table (its most frequent).
 FILE_WORDS_KEPT = 300
 # The briefing's files of the last work-stream, and the other recent work-streams it lists.
@@ -1856,16 +1856,19 @@ def tool_capture(payload, data_dir=None):
     path = path if isinstance(path, str) else None
     if path and data_dir and is_inside(path.replace("\\", "/"), data_dir):
         return None  # our own files (recall answers, synthesis): capturing them would loop
+    project, cwd = (os.path.dirname(data_dir), payload.get("cwd")) if data_dir else (None, None)
+    rel = project_relpath(path, project, cwd) if path and project else None
+    shown = rel or path  # a project file by its project path: shorter, and the same on every machine
     if tool == "Read":
         file = resp.get("file") if isinstance(resp, dict) else None
         content = file.get("content") if isinstance(file, dict) else _response_text(resp)
         if not content or not isinstance(content, str):
             return None
-        text = f"Read {path}:\n{code_outline(content)}"
+        text = f"Read {shown}:\n{code_outline(content)}"
     elif tool == "Write":
         content = inp.get("content") or (resp.get("content") if isinstance(resp, dict) else "")
         content = content if isinstance(content, str) else json.dumps(content, default=str) if content else ""
-        text = f"Wrote {path}:\n{code_outline(content, 900, 800)}"
+        text = f"Wrote {shown}:\n{code_outline(content, 900, 800)}"
     elif tool in ("Edit", "MultiEdit", "NotebookEdit"):
         edits = inp.get("edits") if isinstance(inp.get("edits"), list) else [inp]
         parts = []
@@ -1874,7 +1877,7 @@ def tool_capture(payload, data_dir=None):
                 old, new = str(edit.get("old_string") or ""), str(edit.get("new_string") or
                                                                   edit.get("new_source") or "")
                 parts.append(f"- {shorten(old, 200)}\n+ {head_tail(new, 500, 200)}")
-        text = f"Edited {path}:\n" + "\n".join(parts)
+        text = f"Edited {shown}:\n" + "\n".join(parts)
     elif tool == "Bash":
         command = str(inp.get("command") or "")
         if APP in command and "ai_smartness.py" in command:
@@ -1893,10 +1896,9 @@ def tool_capture(payload, data_dir=None):
         text = f"{tool} {target}: {shorten(str(inp.get('prompt') or ''), 200)}\n" \
                f"{head_tail(_response_text(resp), 1200, 300)}"
     cap = {"text": text, "source": f"tool:{tool}", "origin": origin, "file": path}
-    if data_dir and tool in FILE_OPS:
-        project, cwd = os.path.dirname(data_dir), payload.get("cwd")
-        named = [path] if path else _command_paths(str(inp.get("command") or ""))
-        files = [f for f in (project_relpath(x, project, cwd) for x in named) if f]
+    if project and tool in FILE_OPS:
+        files = [rel] if rel else [] if path else [
+            f for f in (project_relpath(x, project, cwd) for x in _command_paths(str(inp.get("command") or ""))) if f]
         if files:
             cap["files"], cap["op"] = list(dict.fromkeys(files))[:MAX_CAPTURE_FILES], FILE_OPS[tool]
     return cap
@@ -1908,10 +1910,16 @@ _FILE_NAME_RE = LazyRe(r"[\w.@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}")
 
 
 def _command_paths(command):
-    """The words of a shell command that name files: a name with an extension, alone or at the
-    end of a path (`pytest tests/test_api.py`, `cat src/app.ts`); not options, URLs or folders."""
+    """The words of a shell command that may name files: a name with an extension, alone or at
+    the end of a path (`pytest tests/test_api.py`, `cat src/app.ts`); not options, URLs or
+    folders, nor the body of a here-document (code, whose `console.log` is no file). The
+    memory keeps a bare name only when it knows that file (MemoryWriter._apply)."""
     out = []
-    for word in _SHELL_WORD_RE.findall(command[:4000]):
+    head = command[:4000]
+    heredoc = head.find("<<")
+    if heredoc >= 0 and "\n" in head[heredoc:]:
+        head = head[:head.index("\n", heredoc)]
+    for word in _SHELL_WORD_RE.findall(head):
         word = word.strip(":")
         if word.startswith("-") or "://" in word or not _FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]):
             continue
@@ -3150,15 +3158,22 @@ class FileTable:
 
     def mentioned(self, text):
         """The known files a text names, by path or by a basename no other known file has."""
+        return self.resolve((w.strip("./") for w in _FILE_MENTION_RE.findall(text or "")), False)
+
+    def known(self, paths):
+        """The paths of a command: those with a folder as they are, a bare name when it is a
+        known file (`pytest test_api.py` run in tests/)."""
+        return self.resolve(paths, True)
+
+    def resolve(self, words, keep_paths):
         out = []
-        for word in _FILE_MENTION_RE.findall(text or ""):
-            word = word.strip("./")
-            if word in self.files:
+        for word in words:
+            if word in self.files or (keep_paths and "/" in word):
                 out.append(word)
-            else:
-                same = self.by_base.get(word.rsplit("/", 1)[-1], ())
-                if len(same) == 1 and (word.count("/") == 0 or next(iter(same)).endswith("/" + word)):
-                    out.append(next(iter(same)))
+                continue
+            same = self.by_base.get(word.rsplit("/", 1)[-1], ())
+            if len(same) == 1 and ("/" not in word or next(iter(same)).endswith("/" + word)):
+                out.append(next(iter(same)))
         return list(dict.fromkeys(out))[:MAX_CAPTURE_FILES]
 
     def rank(self, prompt, limit):
@@ -3948,7 +3963,11 @@ class MemoryWriter(MemoryIndex):
                 msg[key] = entry[key]
         files = entry.get("files")
         if isinstance(files, list) and entry.get("op") in FILE_OPS.values():
-            msg["files"], msg["op"] = [f for f in files if isinstance(f, str) and f][:MAX_CAPTURE_FILES], entry["op"]
+            files = [f for f in files if isinstance(f, str) and f][:MAX_CAPTURE_FILES]
+            if entry["op"] == "run":  # words of a command: a path, or a name the memory knows
+                files = self.file_table().known(files)
+            if files:
+                msg["files"], msg["op"] = files, entry["op"]
         elif entry["source"] in ("prompt", "assistant"):
             named = self.file_table().mentioned(entry["text"])
             if named:
@@ -4173,10 +4192,10 @@ class Memory(MemoryWriter):
         hits, _ = self.retrieve(prompt, limit=40, exclude=skip)
         now = self.clock()
         files = self.file_table().rank(prompt, FILES_SHOWN)
-        evidence = []
-        for _, st in files[:EVIDENCE_FILES]:
-            fresh = [m for m in reversed(st["mids"]) if m in self.msgs and m not in skip]
-            evidence += [self._hit(m, 1.0) for m in fresh[:EVIDENCE_PER_FILE]]
+        fresh = [[m for m in reversed(st["mids"]) if m in self.msgs and m not in skip][:EVIDENCE_PER_FILE]
+                 for _, st in files[:EVIDENCE_FILES]]
+        # The newest message of each first file, then the next ones: every file gets its say.
+        evidence = [self._hit(mids[i], 1.0) for i in range(EVIDENCE_PER_FILE) for mids in fresh if i < len(mids)]
         current = self.current_thread(session, skip)
         text, items = render_context(
             evidence + hits, self.threads, self.msgs, lambda tids, skip: self.related_threads(tids, skip, now),
@@ -4309,7 +4328,7 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
         line = tr("ctx_current", lang, title=shorten(thread["title"], 80), age=age_ago(now - ts_of(thread, "last_active"), lang))
         if last:
             line += " " + tr("ctx_last", lang, text=last["text"])
-        head += "\n" + shorten(line, budget // 6)
+        head += "\n" + shorten(line, budget // 8)
     tail = []
     if rules:
         tail.append(shorten(tr("ctx_rules", lang) + " " +
