@@ -211,7 +211,7 @@ PAYLOAD_FIELDS = {
     "session_id": (str, 100), "prompt": (str, None), "source": (str, 40), "cwd": (str, 4096),
     "transcript_path": (str, 4096), "reason": (str, 200), "trigger": (str, 40),
     "custom_instructions": (str, 2000), "last_assistant_message": (str, None), "tool_name": (str, 100),
-    "tool_input": (dict, None),
+    "tool_input": (dict, None), "error": (str, None), "is_interrupt": (bool, None),
 }
 TOOL_INPUT_FIELDS = {
     "file_path": (str, 4096), "notebook_path": (str, 4096), "content": (str, None), "command": (str, None),
@@ -320,6 +320,8 @@ FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touche
 FILE_RECENCY_RANKS, FILE_TOUCHES_FULL = 5, 5
 # Files named in the injected text, and earlier messages shown for the first of them.
 FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 4, 2
+# Characters of a command's first line kept to recognise it when it runs again.
+COMMAND_CHARS = 300
 # Words kept per file in the file table (its most frequent).
 FILE_WORDS_KEPT = 300
 # The briefing's files of the last work-stream, and the other recent work-streams it lists.
@@ -1887,6 +1889,7 @@ def tool_capture(payload, data_dir=None):
             out = "\n".join(str(resp.get(k) or "") for k in ("stdout", "stderr")).strip()
         desc = f" ({inp['description']})" if inp.get("description") else ""
         text = f"$ {command}{desc}\n{head_tail(out, 900, 600)}".strip()
+        key = " ".join(command.split("\n", 1)[0].split())
     elif tool in ("Task", "Agent"):
         desc = inp.get("description") or inp.get("subagent_type") or ""
         text = f"Task {desc}: {shorten(str(inp.get('prompt') or ''), 300)}\n" \
@@ -1896,6 +1899,8 @@ def tool_capture(payload, data_dir=None):
         text = f"{tool} {target}: {shorten(str(inp.get('prompt') or ''), 200)}\n" \
                f"{head_tail(_response_text(resp), 1200, 300)}"
     cap = {"text": text, "source": f"tool:{tool}", "origin": origin, "file": path}
+    if tool == "Bash" and key:
+        cap["command"] = key  # the same command run again after a failure tells whether it was fixed
     if project and tool in FILE_OPS:
         files = [rel] if rel else [] if path else [
             f for f in (project_relpath(x, project, cwd) for x in _command_paths(str(inp.get("command") or ""))) if f]
@@ -3124,9 +3129,15 @@ class FileTable:
         self.files = {}  # path -> {"n", "last", "op", "mids", "words": Counter}
         self.by_base = {}  # basename -> paths
         self._turns = {}  # session -> (the terms of its latest prompt, the files touched since)
+        self.failures = {}  # (session, command) -> the message of its latest failure, until it passes
 
     def note(self, msg):
         session, source = msg.get("session") or "", msg.get("source")
+        if msg.get("command"):
+            if msg.get("failed"):
+                self.failures[session, msg["command"]] = msg["id"]
+            else:
+                self.failures.pop((session, msg["command"]), None)
         if source == "prompt":
             self._turns[session] = (terms(msg["text"]), set())
         turn = self._turns.get(session)
@@ -3240,10 +3251,11 @@ def data_dir_of(project):
 
 
 def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=None, origin=None, files=None,
-                    op=None):
+                    op=None, failed=False, command=None):
     """Clean, redact and size a capture; None when it is noise. Shared by the CLI, the hooks
     and the daemon so every path stores the same thing. `files`: the project-relative paths
-    the event touched, `op` what it did to them (FILE_OPS)."""
+    the event touched, `op` what it did to them (FILE_OPS); `command` a shell command's first
+    line, `failed` when it failed."""
     ts = time.time()
     if at:  # checked before anything is journaled: a bad time would poison every drain
         ts = valid_ts(at)
@@ -3261,6 +3273,10 @@ def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=N
         entry["session"] = clean_field(session_id, 100)
     if files and op in FILE_OPS.values():
         entry["files"], entry["op"] = [clean_field(f, FILE_PATH_CHARS) for f in files[:MAX_CAPTURE_FILES]], op
+    if command:
+        entry["command"] = clean_field(command, COMMAND_CHARS)
+    if failed:
+        entry["failed"] = True
     return entry
 
 
@@ -3961,6 +3977,12 @@ class MemoryWriter(MemoryIndex):
         for key in ("file", "session"):
             if entry.get(key):
                 msg[key] = entry[key]
+        if isinstance(entry.get("command"), str):
+            msg["command"] = entry["command"]
+            if entry.get("failed"):
+                msg["failed"] = True
+            else:
+                self._link_fix(msg, touched_t)
         files = entry.get("files")
         if isinstance(files, list) and entry.get("op") in FILE_OPS.values():
             files = [f for f in files if isinstance(f, str) and f][:MAX_CAPTURE_FILES]
@@ -4000,6 +4022,15 @@ class MemoryWriter(MemoryIndex):
             "action": action, "thread": thread["id"], "score": round(decision["score"], 4),
             "top": decision["top"], "borderline": decision["borderline"]}))
         return decision
+
+    def _link_fix(self, msg, touched_t):
+        """A command that passes after it failed in the same session: the failure and its fix
+        point at each other."""
+        failed = self.file_table().failures.get((msg.get("session") or "", msg["command"]))
+        if failed in self.msgs:
+            self.msgs[failed].update(fixed_by=msg["id"], fixed_at=msg["ts"])
+            msg["fixes"] = failed
+            touched_t.add(self.thread_rows.keys[self.row_thread[self.rows.of[failed]]])
 
     def _new_thread(self, ext, origin, now, parent=None):
         tid = new_id("t", now)
@@ -4307,9 +4338,13 @@ class Memory(MemoryWriter):
 
 
 def item_line(msg, lang, text=None):
-    """One recalled message: its date, who said it when it was the agent, the text (or `text`).
-    How long ago it was sits on its thread's header line."""
-    return f"[{format_date(ts_of(msg, 'ts'), lang)}] {source_label(msg.get('source'))}{msg['text'] if text is None else text}"
+    """One recalled message: its date, who said it when it was the agent, the text (or `text`),
+    and for a command that failed, when it was fixed. How long ago it was sits on its thread's
+    header line."""
+    line = f"[{format_date(ts_of(msg, 'ts'), lang)}] {source_label(msg.get('source'))}{msg['text'] if text is None else text}"
+    if msg.get("fixed_at"):
+        line = line.replace(" [failed]", " [" + tr("outcome_fixed", lang, date=format_date(ts_of(msg, "fixed_at"), lang)) + "]", 1)
+    return line
 
 
 def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, lang, guardcode, files=(),
@@ -5188,7 +5223,7 @@ BUDGET = {"defer": False, "expired": False}
 # Hooks whose capture is journaled under a deferred budget, from the process's first line:
 # inject releases it once the prompt is journaled; for capture and stop, journaling is the
 # work (bounded: one daemon wait, at most 1 MB of transcript), deferred to the end.
-JOURNAL_FIRST = ("inject", "capture", "stop")
+JOURNAL_FIRST = ("inject", "capture", "failure", "stop")
 
 
 def on_budget_alarm(signum, frame):
@@ -5472,8 +5507,24 @@ def hook_capture(store, payload, mem):
     if not cap:
         return ""
     journal(store, prepare_capture(cap["text"], cap["source"], cap["file"], session_id=payload.get("session_id"),
-                                   origin=cap["origin"], files=cap.get("files"), op=cap.get("op")),
-            payload.get(CAPTURE_KEY))
+                                   origin=cap["origin"], files=cap.get("files"), op=cap.get("op"),
+                                   command=cap.get("command")), payload.get(CAPTURE_KEY))
+    return ""
+
+
+@hook("failure", event="PostToolUseFailure", budget=3.0, via_daemon=True, needs_memory=False)
+def hook_failure(store, payload, mem):
+    """A command that failed: its error is memory (what broke, and later what fixed it)."""
+    if payload.get("tool_name") != "Bash" or payload.get("is_interrupt") or not payload.get("error"):
+        return ""
+    cap = tool_capture(dict(payload, tool_response={"stderr": payload["error"]}), store.dir)
+    if not cap:
+        return ""
+    command, _, error = cap["text"].partition("\n")
+    cap["text"] = f"{command} [failed]\n{error}"
+    journal(store, prepare_capture(cap["text"], cap["source"], session_id=payload.get("session_id"),
+                                   origin=cap["origin"], files=cap.get("files"), op=cap.get("op"), failed=True,
+                                   command=cap.get("command")), payload.get(CAPTURE_KEY))
     return ""
 
 
@@ -5756,7 +5807,7 @@ def shell_answer(found, payload, store, project):
     journaled, then the warm daemon if there is one, else answer() in-process."""
     if found.name == "pretool" and recall_query(payload, project, redacted=False) is None:
         return None  # every other tool call passes untouched, before any further work
-    if found.name == "capture" and own_file(payload, store.dir):
+    if found.name in ("capture", "failure") and own_file(payload, store.dir):
         return None  # a Read of our own recall answer: no round trip only to discard it
     if found.via_daemon:
         # A warm daemon journals a prompt or capture before any other work (Daemon.cmd_hook),

@@ -235,6 +235,12 @@ def bash_payload(marker, i=0, session=SESSION, project=None):
                              session, project), tool_use_id=f"toolu_{i:04d}", duration_ms=97)
 
 
+def failure_payload(command="npm test", error="Exit code 1\nFAIL src/app.test.ts", session=SESSION, project=None):
+    """A PostToolUseFailure of Bash shaped like fixtures/PostToolUseFailure.json."""
+    return dict(_base("PostToolUseFailure", session, project), tool_name="Bash", tool_input={"command": command},
+                tool_use_id="toolu_3", error=error, is_interrupt=False, duration_ms=40)
+
+
 def stop_payload(message=None, transcript=None, active=False, session=SESSION, project=None):
     payload = dict(_base("Stop", session, project), stop_hook_active=active)
     if transcript is not None:
@@ -261,6 +267,7 @@ PAYLOADS = {
     "UserPromptSubmit": lambda **kw: prompt_payload("how does the tokenizer split identifiers", **kw),
     "PreToolUse": lambda **kw: read_payload(".ai/recall/tokenizer", **kw),
     "PostToolUse": lambda **kw: bash_payload("tokenizermarker", **kw),
+    "PostToolUseFailure": failure_payload,
     "Stop": lambda **kw: stop_payload("The tokenizer now splits identifiers on case changes.", **kw),
     "PreCompact": precompact_payload,
     "SessionEnd": end_payload,

@@ -161,3 +161,59 @@ def test_a_journaled_entry_with_bad_files_is_applied_without_them(project):
     mem.flush()
     kept = [m.get("files") for m in mem.msgs.values()]
     assert ["src/b.py"] in kept and all(f in (None, ["src/b.py"]) for f in kept)
+
+
+def test_a_failed_command_is_captured_and_linked_to_the_run_that_passes_after_the_fix(project):
+    from support import failure_payload
+    p = str(project)
+    hook("inject", prompt_payload("make the parser tests pass", "s1", project), project)
+    out = hook("failure", failure_payload("pytest tests/test_parser.py", "Exit code 1\nE   AssertionError: "
+                                          "tokens differ", "s1", project), project)
+    assert out.returncode == 0 and out.stdout == b""
+    hook("capture", post_payload("Edit", {"file_path": p + "/src/parser.py", "old_string": "split()",
+                                          "new_string": "split(maxsplit=1)"}, {}, "s1", project), project)
+    hook("capture", post_payload("Bash", {"command": "pytest tests/test_parser.py"},
+                                 {"stdout": "3 passed", "stderr": ""}, "s1", project), project)
+    mem = ais.open_memory(str(project))
+    mem.flush()
+    failed = next(m for m in mem.msgs.values() if m.get("failed"))
+    assert "[failed]" in failed["text"] and "tokens differ" in failed["text"]
+    assert failed["files"] == ["tests/test_parser.py"] and failed["command"] == "pytest tests/test_parser.py"
+    passed = mem.msgs[failed["fixed_by"]]
+    assert passed["fixes"] == failed["id"] and not passed.get("failed")
+    assert "failed, fixed on" in ais.item_line(failed, "en")
+    again = ais.open_memory(str(project))  # saved on both sides
+    again.ensure_loaded()
+    assert again.msgs[failed["id"]]["fixed_by"] == passed["id"]
+
+
+def test_a_failure_in_another_session_or_of_another_command_is_not_fixed_by_it(project):
+    mem = ais.open_memory(str(project))
+    for session, command, failed in (("s1", "npm test", True), ("s2", "npm test", False),
+                                     ("s1", "npm run build", False)):
+        mem.store.inbox_append(ais.prepare_capture(f"$ {command}\noutput", "tool:Bash", session_id=session,
+                                                   origin="command", command=command, failed=failed))
+    mem.flush()
+    failed = next(m for m in mem.msgs.values() if m.get("failed"))
+    assert "fixed_by" not in failed
+
+
+def test_interrupted_and_non_shell_failures_are_not_captured(project):
+    from support import failure_payload
+    for payload in (dict(failure_payload(project=project), is_interrupt=True),
+                    dict(failure_payload(project=project), tool_name="Read", tool_input={"file_path": "x.py"})):
+        assert hook("failure", payload, project).returncode == 0
+    mem = ais.open_memory(str(project))
+    mem.flush()
+    assert not mem.msgs
+
+
+def test_a_bare_file_name_in_a_command_counts_only_when_the_memory_knows_that_file(project):
+    mem = work(project)
+    for command in ("npx eslint LoginForm.tsx", "node -e 'console.log(1)' && cat notes.txt"):
+        mem.store.inbox_append(ais.prepare_capture(f"$ {command}\nok", "tool:Bash", origin="command",
+                                                   files=ais._command_paths(command), op="run"))
+    mem.flush()
+    runs = {m["text"].split("\n")[0]: m.get("files") for m in mem.msgs.values() if m["text"].startswith("$ n")}
+    assert runs["$ npx eslint LoginForm.tsx"] == ["src/LoginForm.tsx"]
+    assert runs["$ node -e 'console.log(1)' && cat notes.txt"] is None

@@ -59,10 +59,10 @@ def check_contract(out, event):
 # ---- the registry ----
 
 def test_each_hook_is_declared_once_with_its_event_budget_and_route():
-    assert sorted(ai.HOOKS) == ["capture", "end", "inject", "precompact", "pretool", "start", "stop"]
+    assert sorted(ai.HOOKS) == ["capture", "end", "failure", "inject", "precompact", "pretool", "start", "stop"]
     events = [h.event for h in ai.HOOKS.values()]
     assert len(set(events)) == len(events)
-    assert {h.name for h in ai.HOOKS.values() if h.via_daemon} == {"inject", "pretool", "capture"}
+    assert {h.name for h in ai.HOOKS.values() if h.via_daemon} == {"inject", "pretool", "capture", "failure"}
     for h in ai.HOOKS.values():
         assert ai.hook_named(h.name) is h and ai.hook_named(h.event) is h
         assert h.fn.__name__ == "hook_" + h.name and 0 < h.budget <= 20
