@@ -3131,7 +3131,8 @@ class FileTable:
         self._turns = {}  # session -> (the terms of its latest prompt, the files touched since)
         self.failures = {}  # (session, command) -> the message of its latest failure, until it passes
 
-    def note(self, msg):
+    def note(self, msg, ts):
+        """Learn from one message (of time `ts`), given in time order."""
         session, source = msg.get("session") or "", msg.get("source")
         if msg.get("command"):
             if msg.get("failed"):
@@ -3141,7 +3142,7 @@ class FileTable:
         if source == "prompt":
             self._turns[session] = (terms(msg["text"]), set())
         turn = self._turns.get(session)
-        ts, op = ts_of(msg, "ts"), msg.get("op") or "mention"
+        op = msg.get("op") or "mention"
         for path in msg.get("files") or ():
             st = self.files.get(path)
             if st is None:
@@ -3555,9 +3556,10 @@ class MemoryIndex:
         thread read or dropped from disk has it rebuilt."""
         if self._files is None:
             table = FileTable()
-            newest = sorted(self.msgs.values(), key=lambda m: (ts_of(m, "ts"), m["id"]))[-FILE_TABLE_MESSAGES:]
-            for msg in newest:
-                table.note(msg)
+            of, when = self.rows.of, self.row_ts
+            newest = sorted(self.msgs, key=lambda m: (when[of[m]], m))[-FILE_TABLE_MESSAGES:]
+            for mid in newest:
+                table.note(self.msgs[mid], when[of[mid]])
             self._files = table
         return self._files
 
@@ -4069,7 +4071,7 @@ class MemoryWriter(MemoryIndex):
         self._add_msg(tid, msg, vec)
         self._link(msg["id"])
         if self._files is not None:
-            self._files.note(msg)
+            self._files.note(msg, now)
         if msg.get("files"):
             note_thread_files(thread, msg)
         counts = thread.setdefault("topic_counts", {})
