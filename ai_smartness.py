@@ -319,13 +319,16 @@ FILE_TABLE_MESSAGES = 20000
 FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0}
 FILE_RECENCY_RANKS, FILE_TOUCHES_FULL = 5, 5
 # Files named in the injected text, and earlier messages shown for the first of them.
-FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 4, 2
+FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 2
 # Characters of a command's first line kept to recognise it when it runs again.
 COMMAND_CHARS = 300
 # Words kept per file in the file table (its most frequent).
 FILE_WORDS_KEPT = 300
 # The briefing's files of the last work-stream, and the other recent work-streams it lists.
-BRIEF_FILES, BRIEF_OTHERS = 5, 3
+BRIEF_FILES, BRIEF_OTHERS = 6, 3
+# Recent threads whose files the briefing lists after the last one's; characters of the task
+# and of a thread title there; a prompt shorter than TASK_MIN_CHARS sets no task ("continue").
+BRIEF_FILE_THREADS, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 4, 120, 50, 20
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -4225,10 +4228,10 @@ class Memory(MemoryWriter):
         hits, _ = self.retrieve(prompt, limit=40, exclude=skip)
         now = self.clock()
         files = self.file_table().rank(prompt, FILES_SHOWN)
-        fresh = [[m for m in reversed(st["mids"]) if m in self.msgs and m not in skip][:EVIDENCE_PER_FILE]
-                 for _, st in files[:EVIDENCE_FILES]]
-        # The newest message of each first file, then the next ones: every file gets its say.
-        evidence = [self._hit(mids[i], 1.0) for i in range(EVIDENCE_PER_FILE) for mids in fresh if i < len(mids)]
+        # The first file's newest messages first: it is the one most often in play, and one
+        # excerpt of a file read many times stands for every read.
+        evidence = [self._hit(m, 1.0) for _, st in files[:EVIDENCE_FILES]
+                    for m in [m for m in reversed(st["mids"]) if m in self.msgs and m not in skip][:EVIDENCE_PER_FILE]]
         current = self.current_thread(session, skip)
         text, items = render_context(
             evidence + hits, self.threads, self.msgs, lambda tids, skip: self.related_threads(tids, skip, now),
@@ -5375,7 +5378,7 @@ def hook_start(store, payload, mem):
     if payload.get("source") == "compact" and synth:
         lines.append(tr("brief_restored", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_CHARS)))
     elif hot:
-        lines += where_work_stopped(hot, store.read_digest(), now, lang)
+        lines += where_work_stopped(hot, store.read_digest(), hb, now, lang)
     elif synth:
         lines.append(tr("brief_synthesis", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_NOTE_CHARS)))
     budget = cfg["briefing_budget"]
@@ -5389,23 +5392,36 @@ def hook_start(store, payload, mem):
     return context_output("SessionStart", text)
 
 
-def where_work_stopped(hot, digest, now, lang):
-    """The briefing's lines on the work: the thread worked on last, its files, its latest
-    conclusion; then the other recent work-streams, a line each, with their files."""
-    files = sorted((hot.get("files") or {}).items(), key=lambda kv: kv[1].get("at", ""), reverse=True)
+def conclusion_of(text):
+    """What an answer concluded: its first sentence, and the sentences on what is next or left."""
+    sentences = [x.strip(" -*#") for x in re.split(r"(?<=[.!?])\s+|\n+", text or "") if x.strip(" -*#")]
+    if not sentences:
+        return ""
+    rest = [x for x in sentences[1:] if _OPEN_RE.search(x)]
+    return " ".join([sentences[0], *rest[-2:]])
+
+
+def where_work_stopped(hot, digest, hb, now, lang):
+    """The briefing's lines on the work: the task in progress (the thread worked on last, the
+    last prompt that set a task), the agent's last conclusion, the files touched last, then the
+    other recent work-streams, a line each."""
     line = tr("brief_hot", lang, title=hot["title"], age=age_ago(now - ts_of(hot, "last_active"), lang))
-    if files:
-        line += " " + tr("brief_files", lang, files=", ".join(f"{p} ({rec.get('op')})" for p, rec in files[:BRIEF_FILES]))
-    last = next((m for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), None)
+    if hb.get("last_task") and rule_key(hb["last_task"]) != rule_key(hot["title"]):
+        line += " " + tr("brief_task", lang, text=shorten(hb["last_task"], BRIEF_TASK_CHARS).rstrip(".!?"))
+    last = hb.get("last_conclusion") or next(
+        (conclusion_of(m["text"]) for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), "")
     if last:
-        line += " " + tr("brief_last", lang, text=shorten(last["text"], BRIEF_SUMMARY_CHARS))
+        line += " " + tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS))
     lines = [line]
-    others = sorted(((tid, t) for tid, t in digest.items() if tid != hot["id"]),
-                    key=lambda kv: ts_of(kv[1], "last_active"), reverse=True)[:BRIEF_OTHERS]
-    if others:
+    recent = sorted(((tid, t) for tid, t in digest.items() if tid != hot["id"]),
+                    key=lambda kv: ts_of(kv[1], "last_active"), reverse=True)
+    own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
+    files = list(dict.fromkeys(own + [f for _, t in recent[:BRIEF_FILE_THREADS] for f in t.get("files") or ()]))
+    if files:
+        lines.append(tr("brief_files", lang, files=", ".join(files[:BRIEF_FILES])))
+    if recent:
         lines.append(tr("brief_others", lang, items="; ".join(
-            shorten(t.get("title", ""), 60) + (f" ({', '.join(t['files'])})" if t.get("files") else "")
-            for _, t in others)))
+            shorten(t.get("title", ""), BRIEF_TITLE_CHARS) for _, t in recent[:BRIEF_OTHERS])))
     return lines
 
 
@@ -5477,8 +5493,10 @@ def hook_inject(store, payload, mem):
         hint = proactive_suggestion(mem.threads if mem else store.read_digest(), prompt, lang)
         if hint and len(text) + len(hint) + 1 <= cfg["inject_budget"]:
             text += "\n" + hint
+    task = {"last_task": cut_redacted(" ".join(strip_markup(prompt).split()), FIELD_CHARS)} \
+        if not is_noise(prompt, min_chars=TASK_MIN_CHARS) else {}
     store.update_heartbeat(last_interaction=iso(now), prompt_session=session,
-                           last_served_inject="daemon" if mem else "in-process")
+                           last_served_inject="daemon" if mem else "in-process", **task)
     return context_output("UserPromptSubmit", text)
 
 
@@ -5538,8 +5556,9 @@ def hook_stop(store, payload, mem):
     if text:
         journal(store, prepare_capture(text, "assistant", session_id=payload.get("session_id")))
     hb = store.heartbeat()
+    done = {"last_conclusion": cut_redacted(conclusion_of(strip_markup(text)), FIELD_CHARS)} if text else {}
     store.update_heartbeat(beats=int(hb.get("beats", 0)) + 1, last_session=payload.get("session_id"),
-                           last_thread=store.state().get("hot_thread"), last_interaction=iso(time.time()))
+                           last_thread=store.state().get("hot_thread"), last_interaction=iso(time.time()), **done)
     return ""
 
 
@@ -5551,8 +5570,8 @@ def hook_end(store, payload, mem):
 
 _DECISION_RE = LazyRe(r"\b(decided|decision|we will|we'll|let's|chose|chosen|going with|instead of|"
                           r"settled on|agreed|décid\w*|on va|choisi|decidi\w*|vamos a|elegi\w*)\b", re.I)
-_OPEN_RE = LazyRe(r"\?\s*$|\b(todo|to do|open question|next step|not yet|remaining|still need|"
-                      r"à faire|reste à|pendiente|falta)\b", re.I)
+_OPEN_RE = LazyRe(r"\?\s*$|\b(todo|to do|open question|next step|next\s*:|not yet|remaining|still need|"
+                      r"à faire|reste à|ensuite\s*:|pendiente|falta|siguiente\s*:)", re.I)
 
 
 def transcript_texts(path, max_bytes=TRANSCRIPT_TAIL_BYTES):
