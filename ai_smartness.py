@@ -5570,8 +5570,8 @@ def hook_end(store, payload, mem):
 
 _DECISION_RE = LazyRe(r"\b(decided|decision|we will|we'll|let's|chose|chosen|going with|instead of|"
                           r"settled on|agreed|décid\w*|on va|choisi|decidi\w*|vamos a|elegi\w*)\b", re.I)
-_OPEN_RE = LazyRe(r"\?\s*$|\b(todo|to do|open question|next step|next\s*:|not yet|remaining|still need|"
-                      r"à faire|reste à|ensuite\s*:|pendiente|falta|siguiente\s*:)", re.I)
+_OPEN_RE = LazyRe(r"\?\s*$|\b(todo|to do|open question|next step|not yet|remaining|still need|"
+                      r"à faire|reste à|pendiente|falta)\b|\b(?:next|ensuite|siguiente)\s*:", re.I)
 
 
 def transcript_texts(path, max_bytes=TRANSCRIPT_TAIL_BYTES):
