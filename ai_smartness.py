@@ -319,16 +319,21 @@ FILE_TABLE_MESSAGES = 20000
 FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0}
 FILE_RECENCY_RANKS, FILE_TOUCHES_FULL = 5, 5
 # Files named in the injected text, and earlier messages shown for the first of them.
-FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 2
+FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 3
+# Characters of such a message shown: its start, verbatim (an edit, the head of a file).
+EVIDENCE_CHARS = 240
+# A session's latest messages searched for its current work.
+CURRENT_LOOKBACK = 50
 # Characters of a command's first line kept to recognise it when it runs again.
 COMMAND_CHARS = 300
 # Words kept per file in the file table (its most frequent).
 FILE_WORDS_KEPT = 300
 # The briefing's files of the last work-stream, and the other recent work-streams it lists.
 BRIEF_FILES, BRIEF_OTHERS = 6, 3
-# Recent threads whose files the briefing lists after the last one's; characters of the task
-# and of a thread title there; a prompt shorter than TASK_MIN_CHARS sets no task ("continue").
-BRIEF_FILE_THREADS, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 4, 120, 50, 20
+# Files of the last thread the briefing names before the digest's files in play (DIGEST_FILES);
+# characters of the task and of a thread title there; a prompt shorter than TASK_MIN_CHARS sets
+# no task ("continue").
+BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 3, 10, 120, 50, 20
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -1340,14 +1345,19 @@ class Store:
             self.quarantine(path, str(exc))
             raise
 
-    def read_digest(self):
-        """The threads of db/index.json ({} when it is missing or unreadable)."""
+    def read_digest(self, files=False):
+        """The threads of db/index.json ({} when it is missing or unreadable); with `files`,
+        (the threads, the files in play it lists)."""
         try:
             doc = read_json(self.index_file)
         except (OSError, CorruptRecord):
-            return {}
+            doc = {}
         threads = doc.get("threads") if isinstance(doc, dict) else None
-        return threads if isinstance(threads, dict) else {}
+        threads = threads if isinstance(threads, dict) else {}
+        if not files:
+            return threads
+        listed = doc.get("files") if isinstance(doc, dict) else None
+        return threads, [f for f in listed if isinstance(f, str)] if isinstance(listed, list) else []
 
     def write_digest(self, data):
         write_bytes_atomic(self.index_file, data)
@@ -3862,7 +3872,10 @@ class MemoryWriter(MemoryIndex):
                 part = self._digest[tid] = (json.dumps(tid) + ":" + json.dumps(
                     entry, ensure_ascii=False, separators=(",", ":"))).encode("utf-8")
             parts.append(part)
-        self.store.write_digest(b'{"schema":%d,"threads":{%s}}' % (SCHEMA, b",".join(parts)))
+        # The files in play with no prompt to go by (touched often and lately): the briefing's.
+        files = [p for p, _ in self.file_table().rank("", DIGEST_FILES)]
+        self.store.write_digest(b'{"schema":%d,"files":%s,"threads":{%s}}' % (
+            SCHEMA, json.dumps(files, ensure_ascii=False).encode("utf-8"), b",".join(parts)))
         self._index_due, self._index_at = False, time.monotonic()
         self._index_cost = time.thread_time() - started
 
@@ -4246,17 +4259,20 @@ class Memory(MemoryWriter):
         """A message as retrieve() returns it."""
         msg = self.msgs[mid]
         tid = self.thread_rows.keys[self.row_thread[self.rows.of[mid]]]
-        return {"message_id": mid, "thread_id": tid, "score": score, "text": msg["text"], "timestamp": msg["ts"],
+        return {"message_id": mid, "thread_id": tid, "score": score, "text": shorten(msg["text"], EVIDENCE_CHARS),
+                "timestamp": msg["ts"],
                 "source": msg.get("source"), "file": msg.get("file"), "title": self.threads[tid]["title"],
                 "status": self.threads[tid]["status"], "verbatim": True}
 
     def current_thread(self, session=None, skip=()):
-        """(The thread of the work in progress, its newest conclusion or None): the thread the
-        session's latest message went to, else the thread worked on last."""
-        members = [m for m in self.sessions.get(session, ()) if m not in skip] if session else []
-        tid = (self.thread_rows.keys[self.row_thread[self.rows.of[members[-1]]]] if members
-               else self.hot_id() if self.threads else None)
-        thread = self.threads.get(tid)
+        """(The thread of the work in progress, its newest conclusion or None), or None: the
+        thread of the session's latest work on files (within its CURRENT_LOOKBACK latest
+        messages), else the thread worked on last if it touched files. A conversation without
+        files has no work to resume: retrieval serves it."""
+        keys, of, rows = self.thread_rows.keys, self.rows.of, self.row_thread
+        recent = [m for m in self.sessions.get(session, ())[-CURRENT_LOOKBACK:] if m not in skip] if session else []
+        tids = [keys[rows[of[m]]] for m in reversed(recent)] or ([self.hot_id()] if self.threads else [])
+        thread = next((self.threads[t] for t in tids if self.threads[t].get("files")), None)
         if thread is None:
             return None
         last = next((m for m in reversed(thread["messages"]) if m.get("source") == "assistant"), None)
@@ -5378,7 +5394,7 @@ def hook_start(store, payload, mem):
     if payload.get("source") == "compact" and synth:
         lines.append(tr("brief_restored", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_CHARS)))
     elif hot:
-        lines += where_work_stopped(hot, store.read_digest(), hb, now, lang)
+        lines += where_work_stopped(hot, *store.read_digest(files=True), hb, now, lang)
     elif synth:
         lines.append(tr("brief_synthesis", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_NOTE_CHARS)))
     budget = cfg["briefing_budget"]
@@ -5401,10 +5417,11 @@ def conclusion_of(text):
     return " ".join([sentences[0], *rest[-2:]])
 
 
-def where_work_stopped(hot, digest, hb, now, lang):
+def where_work_stopped(hot, digest, in_play, hb, now, lang):
     """The briefing's lines on the work: the task in progress (the thread worked on last, the
-    last prompt that set a task), the agent's last conclusion, the files touched last, then the
-    other recent work-streams, a line each."""
+    last prompt that set a task), the agent's last conclusion, the files in play (the last
+    thread's newest, then the digest's `in_play`), then the other recent work-streams, a line
+    each."""
     line = tr("brief_hot", lang, title=hot["title"], age=age_ago(now - ts_of(hot, "last_active"), lang))
     if hb.get("last_task") and rule_key(hb["last_task"]) != rule_key(hot["title"]):
         line += " " + tr("brief_task", lang, text=shorten(hb["last_task"], BRIEF_TASK_CHARS).rstrip(".!?"))
@@ -5416,7 +5433,7 @@ def where_work_stopped(hot, digest, hb, now, lang):
     recent = sorted(((tid, t) for tid, t in digest.items() if tid != hot["id"]),
                     key=lambda kv: ts_of(kv[1], "last_active"), reverse=True)
     own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
-    files = list(dict.fromkeys(own + [f for _, t in recent[:BRIEF_FILE_THREADS] for f in t.get("files") or ()]))
+    files = list(dict.fromkeys(own[:BRIEF_OWN_FILES] + in_play))
     if files:
         lines.append(tr("brief_files", lang, files=", ".join(files[:BRIEF_FILES])))
     if recent:

@@ -124,18 +124,29 @@ def test_the_injected_memory_names_the_files_the_current_work_and_the_latest_edi
     assert len(text) <= 2000
 
 
-def test_the_current_work_is_the_sessions_latest_thread_with_its_last_conclusion(project):
+def test_the_current_work_is_the_sessions_latest_thread_when_it_touched_files(project):
     mem = work(project)
-    thread, last = mem.current_thread()
-    assert thread["id"] == mem.hot_id()
-    login = next(m for m in mem.msgs.values() if m["text"].startswith("Done: the login form"))
-    login_tid = mem.thread_rows.keys[mem.row_thread[mem.rows.of[login["id"]]]]
-    mem.capture("one more note on the login form validation", session_id="s9")
+    mem.capture("an unrelated note about the team offsite in march", session_id="s9")
+    last = mem.sessions["s1"][-1]  # the Write of the migration
+    thread, _ = mem.current_thread("s1")
+    assert thread["id"] == mem.thread_rows.keys[mem.row_thread[mem.rows.of[last]]]
+    assert "db/migrations/001_users.sql" in thread["files"]
+    assert mem.current_thread("s9") is None  # a conversation: no work on files to resume
+
+
+def test_the_current_work_shows_the_threads_latest_conclusion(project):
+    mem = ais.open_memory(str(project))
+    for text, source, files in (("refactor the tokenizer", "prompt", None),
+                                ("Edited src/tok.py:\n- a\n+ b", "tool:Edit", ["src/tok.py"]),
+                                ("Done: the tokenizer splits on case. Next: benchmark it.", "assistant", None)):
+        entry = ais.prepare_capture(text, source, session_id="s1", files=files, op="edit" if files else None)
+        mem.store.inbox_append(entry)
+        mem.flush()
     thread, last = mem.current_thread("s1")
-    assert thread["id"] == mem.thread_rows.keys[mem.row_thread[mem.rows.of[mem.sessions["s1"][-1]]]]
-    if thread["id"] == login_tid:
-        assert last["id"] == login["id"]
-    assert mem.current_thread("unknown session")[0]["id"] == mem.hot_id()
+    assert "src/tok.py" in thread["files"]
+    assert last is None or last["text"].startswith("Done: the tokenizer")
+    text = mem.context("what next for the tokenizer?", session="s1")["text"]
+    assert "src/tok.py" in text.splitlines()[1]
 
 
 def test_the_briefing_after_a_gap_says_where_the_work_stopped(project):
