@@ -194,7 +194,7 @@ PLAIN_KEY_CHARS = 16
 # Characters of a recall query (the rest of a long path is not a question).
 RECALL_QUERY_CHARS = 300
 # The session briefing's cuts: a restored synthesis, the hot thread's summary, a synthesis note.
-BRIEF_SYNTHESIS_CHARS, BRIEF_SUMMARY_CHARS, BRIEF_SYNTHESIS_NOTE_CHARS = 300, 160, 250
+BRIEF_SYNTHESIS_CHARS, BRIEF_SUMMARY_CHARS, BRIEF_SYNTHESIS_NOTE_CHARS = 300, 120, 250
 # Transcript bytes read from the end: for a synthesis, and for the agent's last answer.
 TRANSCRIPT_TAIL_BYTES, LAST_ANSWER_TAIL_BYTES = 4 * 1024 * 1024, 1024 * 1024
 # A synthesis keeps sentences of this length range, each decision or question cut to
@@ -319,9 +319,9 @@ FILE_TABLE_MESSAGES = 20000
 FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0}
 FILE_RECENCY_RANKS, FILE_TOUCHES_FULL = 5, 5
 # Files named in the injected text, and earlier messages shown for the first of them.
-FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 3
+FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 4
 # Characters of such a message shown: its start, verbatim (an edit, the head of a file).
-EVIDENCE_CHARS = 240
+EVIDENCE_CHARS = 180
 # A session's latest messages searched for its current work.
 CURRENT_LOOKBACK = 50
 # Characters of a command's first line kept to recognise it when it runs again.
@@ -333,7 +333,10 @@ BRIEF_FILES, BRIEF_OTHERS = 6, 3
 # Files of the last thread the briefing names before the digest's files in play (DIGEST_FILES);
 # characters of the task and of a thread title there; a prompt shorter than TASK_MIN_CHARS sets
 # no task ("continue").
-BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 3, 10, 120, 50, 20
+BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 3, 10, 80, 50, 20
+# Characters of the briefing's line on where the work stopped; the start of a conclusion
+# always kept (its first sentences up to this length).
+BRIEF_WHERE_CHARS, CONCLUSION_HEAD_CHARS = 260, 40
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -5413,8 +5416,11 @@ def conclusion_of(text):
     sentences = [x.strip(" -*#") for x in re.split(r"(?<=[.!?])\s+|\n+", text or "") if x.strip(" -*#")]
     if not sentences:
         return ""
-    rest = [x for x in sentences[1:] if _OPEN_RE.search(x)]
-    return " ".join([sentences[0], *rest[-2:]])
+    head = 1  # a first sentence that is only a cheer ("Done ✅") says nothing: the next ones do
+    while head < len(sentences) and sum(map(len, sentences[:head])) < CONCLUSION_HEAD_CHARS:
+        head += 1
+    rest = [x for x in sentences[head:] if _OPEN_RE.search(x)]
+    return " ".join([*sentences[:head], *rest[-2:]])
 
 
 def where_work_stopped(hot, digest, in_play, hb, now, lang):
@@ -5422,14 +5428,15 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang):
     last prompt that set a task), the agent's last conclusion, the files in play (the last
     thread's newest, then the digest's `in_play`), then the other recent work-streams, a line
     each."""
-    line = tr("brief_hot", lang, title=hot["title"], age=age_ago(now - ts_of(hot, "last_active"), lang))
+    line = tr("brief_hot", lang, title=shorten(hot["title"], BRIEF_TITLE_CHARS),
+              age=age_ago(now - ts_of(hot, "last_active"), lang))
     if hb.get("last_task") and rule_key(hb["last_task"]) != rule_key(hot["title"]):
         line += " " + tr("brief_task", lang, text=shorten(hb["last_task"], BRIEF_TASK_CHARS).rstrip(".!?"))
     last = hb.get("last_conclusion") or next(
         (conclusion_of(m["text"]) for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), "")
     if last:
         line += " " + tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS))
-    lines = [line]
+    lines = [shorten(line, BRIEF_WHERE_CHARS)]  # room left for the files
     recent = sorted(((tid, t) for tid, t in digest.items() if tid != hot["id"]),
                     key=lambda kv: ts_of(kv[1], "last_active"), reverse=True)
     own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
