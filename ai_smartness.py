@@ -310,14 +310,15 @@ MAX_CAPTURE_FILES, FILE_PATH_CHARS = 12, 300
 THREAD_FILES, FILE_RECENT_MESSAGES = 20, 12
 # Messages (the newest) replayed to build the file table after a load.
 FILE_TABLE_MESSAGES = 20000
-# Ranking of the files in play (Memory.files_in_play): weights of a name in the prompt (path or
+# Ranking of the files in play (FileTable.rank): weights of a name in the prompt (path or
 # basename; file stem as a word), of the prompt's BM25 against the words of the turns that
-# touched the file, of recency (1 / (1 + rank / FILE_RECENCY_RANKS)) and of how often it was
-# touched (saturating at FILE_TOUCHES_FULL). Measured on replayed Claude Code sessions
-# (bench/README.md): the prompt's words against each file's turns carry most of the gain over
-# a plain most-recent list.
-FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0}
-FILE_RECENCY_RANKS, FILE_TOUCHES_FULL = 5, 5
+# touched the file, of recency (1 / (1 + rank / FILE_RECENCY_RANKS)), of how often it was
+# touched (saturating at FILE_TOUCHES_FULL), and of being worked on in the same turns as a file
+# the prompt names (saturating at FILE_TOGETHER_FULL turns). Measured on replayed Claude Code
+# sessions (bench/README.md): the prompt's words against each file's turns carry most of the
+# gain over a plain most-recent list.
+FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0, "together": 1.0}
+FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
 # Files named in the injected text, and earlier messages shown for the first of them.
 FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 4
 # Characters of such a message shown: its start, verbatim (an edit, the head of a file).
@@ -3163,13 +3164,16 @@ class FileTable:
             st = self.files.get(path)
             if st is None:
                 st = self.files[path] = {"n": 0, "last": 0.0, "op": op, "mids": deque(maxlen=FILE_RECENT_MESSAGES),
-                                         "words": Counter(terms(path.replace("/", " ")))}
+                                         "words": Counter(terms(path.replace("/", " "))), "with": Counter()}
                 self.by_base.setdefault(path.rsplit("/", 1)[-1], set()).add(path)
             st["mids"].append(msg["id"])
             if op != "mention":
                 st["n"] += 1
                 st["last"], st["op"] = max(st["last"], ts), op
                 if turn and path not in turn[1]:
+                    for other in turn[1]:  # worked on in the same turn
+                        st["with"][other] += 1
+                        self.files[other]["with"][path] += 1
                     turn[1].add(path)
                     self._learn(st, turn[0])
         if source == "assistant" and turn:
@@ -3213,6 +3217,11 @@ class FileTable:
             return []
         w = FILE_WEIGHTS
         named = set(self.mentioned(prompt))
+        # Files worked on in the same turns as a named one come with it.
+        together = Counter()
+        for p in named:
+            for other, n in self.files[p]["with"].items():
+                together[other] = max(together[other], min(1.0, n / FILE_TOGETHER_FULL))
         qterms = set(terms(prompt))
         stems = {t for t in qterms if len(t) > 3}
         n = len(touched)
@@ -3234,7 +3243,7 @@ class FileTable:
             stem_ = terms(p.rsplit("/", 1)[-1].rsplit(".", 1)[0])
             scores[p] = (w["named"] * (p in named) + w["stem"] * (p not in named and bool(stems.intersection(stem_)))
                          + w["words"] * bm[p] / top + w["recency"] / (1 + rank / FILE_RECENCY_RANKS)
-                         + w["touches"] * min(1.0, st["n"] / FILE_TOUCHES_FULL))
+                         + w["touches"] * min(1.0, st["n"] / FILE_TOUCHES_FULL) + w["together"] * together[p])
         best = sorted(order, key=lambda x: -scores[x[0]])[:limit]  # stable: the newest first on a tie
         return best
 

@@ -229,3 +229,19 @@ def test_a_bare_file_name_in_a_command_counts_only_when_the_memory_knows_that_fi
     runs = {m["text"].split("\n")[0]: m.get("files") for m in mem.msgs.values() if m["text"].startswith("$ n")}
     assert runs["$ npx eslint LoginForm.tsx"] == ["src/LoginForm.tsx"]
     assert runs["$ node -e 'console.log(1)' && cat notes.txt"] is None
+
+
+def test_a_file_worked_on_with_the_named_one_comes_with_it(project):
+    mem = ais.open_memory(str(project))
+    turns = [("wire the button", [("src/a/widget.ts", "edit"), ("src/lib/helpers.ts", "edit")]),
+             ("style the header", [("src/header.css", "edit")]),
+             ("tune the footer", [("src/footer.css", "edit")])]
+    for prompt, touched in turns:
+        mem.store.inbox_append(ais.prepare_capture(prompt, "prompt", session_id="s1"))
+        for path, op in touched:
+            mem.store.inbox_append(ais.prepare_capture(f"Edited {path}:\n- a\n+ b", "tool:Edit", session_id="s1",
+                                                       origin="file_write", files=[path], op=op))
+        mem.flush()
+    ranked = [p for p, _ in mem.file_table().rank("widget.ts crashes on empty rows", 2)]
+    assert ranked == ["src/a/widget.ts", "src/lib/helpers.ts"]  # not the newer css files
+    assert [p for p, _ in mem.file_table().rank("crashes on empty rows", 1)] == ["src/footer.css"]
