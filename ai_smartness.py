@@ -320,9 +320,9 @@ FILE_TABLE_MESSAGES = 20000
 FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0, "together": 1.0}
 FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
 # Files named in the injected text, and earlier messages shown for the first of them.
-FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 4
+FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 2
 # Characters of such a message shown: its start, verbatim (an edit, the head of a file).
-EVIDENCE_CHARS = 180
+EVIDENCE_CHARS = 300
 # A session's latest messages searched for its current work.
 CURRENT_LOOKBACK = 50
 # Characters of a command's first line kept to recognise it when it runs again.
@@ -5446,6 +5446,9 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang):
     if last:
         line += " " + tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS))
     lines = [shorten(line, BRIEF_WHERE_CHARS)]  # room left for the files
+    resolved = [m["command"] for m in hot.get("messages", []) if m.get("fixed_by") and m.get("command")]
+    if resolved:
+        lines.append(tr("brief_resolved", lang, items="; ".join(shorten(c, 60) for c in resolved[-2:])))
     recent = sorted(((tid, t) for tid, t in digest.items() if tid != hot["id"]),
                     key=lambda kv: ts_of(kv[1], "last_active"), reverse=True)
     own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
@@ -5454,7 +5457,8 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang):
         lines.append(tr("brief_files", lang, files=", ".join(files[:BRIEF_FILES])))
     if recent:
         lines.append(tr("brief_others", lang, items="; ".join(
-            shorten(t.get("title", ""), BRIEF_TITLE_CHARS) for _, t in recent[:BRIEF_OTHERS])))
+            shorten(t.get("title", ""), BRIEF_TITLE_CHARS) + (f" ({', '.join(t['topics'][:3])})" if t.get("topics") else "")
+            for _, t in recent[:BRIEF_OTHERS])))
     return lines
 
 
