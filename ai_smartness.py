@@ -301,6 +301,11 @@ REINDEX_PROGRESS_LINES = 20
 # Characters of a CLI error line on stderr.
 ERROR_LINE_CHARS = 300
 
+# ---- user rules ----
+# The longest sentence kept as a rule (longer is prose), the share of the inject budget the
+# rules line may take (only as much as the rules need), rule texts whose facets are memoized.
+RULE_MAX_CHARS, RULES_SHARE, RULE_FACETS_MEMO = 300, 0.5, 4096
+
 # ==== 2. Errors, helpers, i18n ====
 
 
@@ -2301,54 +2306,412 @@ def bridges_to_prune(bridges, live_ids, cfg, now):
     return drop
 
 
+# A user rule is a sentence of a prompt that directs ("use…", "I want you to…", "make sure…",
+# "always add…"), holds beyond this turn ("from now on", "always", "all function names",
+# "when naming…") and names something concrete to act on (a quoted value, an identifier, a code
+# word): "fix the login bug" is a task, "always happy to help" small talk. The labelled form
+# ("remember: …", "rule: …") is a rule as typed.
 _RULE_RE = LazyRe(
-    r"^\s*(?:(?:remember|rule|rappelle[- ]toi|souviens[- ]toi|r[èe]gle|recuerda|regla)\s*[:：]\s*(?P<a>.+)"
-    r"|(?P<b>(?:always|never|toujours|jamais|siempre|nunca)\b(?! mind\b).+))", re.I)
+    r"^\s*(?:remember|rule|rappelle[- ]toi|souviens[- ]toi|r[èe]gle|recuerda|regla)\s*[:：]\s*(?P<a>.+)", re.I)
+# Openers dropped before a sentence's first word is read: discourse words, then a vocative.
+_RULE_LEAD_RE = LazyRe(
+    r"^(?:(?:and|also|so|now|ok(?:ay)?|well|but|then|plus|next|first(?:ly)?|second(?:ly)?|third(?:ly)?|"
+    r"last(?:ly)?|finally|additionally|moreover|furthermore|besides|similarly|likewise|oh|right|alright|"
+    r"by the way|btw|one (?:more|last|other|final) thing|another thing|"
+    r"et|aussi|alors|donc|enfin|ensuite|de plus|également|y|también|además|entonces|pues|luego|otra cosa)"
+    r"\b[\s,:;-]*)+", re.I)
+_RULE_VOCATIVE_RE = LazyRe(r"^[A-ZÀ-Ý][\w'-]{1,20},\s+")
+# A leading condition ("when naming methods, …", "for all functions, …") before the verb.
+_RULE_CLAUSE_RE = LazyRe(
+    r"^(?:(?:from now on|going forward|moving forward|from here on|henceforth|à partir de maintenant|dorénavant|"
+    r"désormais|a partir de ahora|de ahora en adelante)\s*,?\s*)?(?:(?:when(?:ever)?|if|for|in|on|before|after|"
+    r"while|regarding|as for|quand|lorsque|si|pour|dans|avant|après|cuando|para|en|antes|después)\b[^,]{1,80},\s*)?",
+    re.I)
+# Verbs of coding work, as an imperative or after "always" / "never" (fr / es: imperative,
+# infinitive).
+_RULE_VERB = (
+    r"(?:use|add|start|begin|end|finish|include|import|name|write|run|call|keep|put|prefix|suffix|append|"
+    r"prepend|annotate|document|comment|test|check|validate|verify|commit|push|merge|rebase|squash|format|"
+    r"lint|indent|wrap|return|raise|throw|log|print|handle|catch|follow|prefer|avoid|remove|delete|drop|"
+    r"create|make|set|define|declare|capitali[sz]e|type|apply|decorate|place|mark|update|pin|install|"
+    r"upgrade|store|save|read|review|ask|explain|reply|answer|respond|mention|cite|link|sign|tag|label|sort|"
+    r"stick|leave|stop|do|rename|refactor|split|limit|close|encode|escape|quote|sanitize|hash|encrypt|"
+    r"deploy|build|bump|modify|edit|change|hardcode|expose|cache|mock|skip|ignore|disable|enable|remember|"
+    r"open|stage|specify|assert|give|treat|default|exclude|convert|describe|"
+    r"utilise[rz]?|ajoute[rz]?|commence[rz]?|termine[rz]?|mets|mettez|mettre|écri(?:s|re|vez)|lance[rz]?|"
+    r"nomme[rz]?|évite[rz]?|garde[rz]?|importe[rz]?|documente[rz]?|teste[rz]?|préfixe[rz]?|inclu(?:s|re|ez)|"
+    r"vérifie[rz]?|fai(?:s|re|tes)|pousse[rz]?|supprime[rz]?|crée[rz]?|renomme[rz]?|commente[rz]?|"
+    r"annote[rz]?|respecte[rz]?|sui(?:s|vre|vez)|exécute[rz]?|place[rz]?|préfère[rz]?|"
+    r"usa[r]?|utiliza[r]?|agrega[r]?|añad(?:e|ir)|empieza|empezar|comienza|comenzar|termina[r]?|pon|poner|"
+    r"escrib(?:e|ir)|evita[r]?|importa[r]?|nombra[r]?|inclu(?:ye|ir)|documenta[r]?|prueba|probar|revisa[r]?|"
+    r"ejecuta[r]?|borra[r]?|elimina[r]?|crea[r]?|sigue|seguir|comenta[r]?|haz|hacer|mantén|mantener|"
+    r"verifica[r]?|llama[r]?)\b")
+_RULE_IMPERATIVE_RE = LazyRe(r"^(?:please\s+|por favor,?\s+|merci de\s+)?(?:(?:don'?t|do not|never|no|ne)\s+)?"
+                             + _RULE_VERB, re.I)
+# The plainest rule: "always" / "never" / "don't" opening the sentence, before a verb.
+_RULE_PLAIN_RE = LazyRe(r"^(?:please\s+)?(?:(?:always|never|don'?t|do not)\s+" + _RULE_VERB + r"(?!\s+(?:that|by)\b)"
+                        + r"|(?:toujours|jamais|ne jamais|siempre|nunca)\b)", re.I)
+# A direction to act ("run the linter before every commit") rather than to be ("make sure
+# your code is clean"): a verb first, and no quality to aim at.
+_RULE_ACT_RE = LazyRe(r"^(?:(?:make sure|be sure|remember|don'?t forget|do not forget) to\s+|"
+                      r"(?:i|we)(?:'d| would)? (?:like|want|need) you to\s+|please\s+|"
+                      r"(?:n'oublie[sz]? pas|assure[sz]?[- ](?:toi|vous)|merci|asegúrate|asegúrese) de\s+|no olvides(?: de)?\s+|"
+                      r"(?:veille[sz]?|pense[sz]?) à\s+|recuerda\s+)?(?:toujours\s+|jamais\s+|siempre\s+|nunca\s+)?"
+                      + _RULE_VERB
+                      + r"(?!\s+(?:that|by)\b)", re.I)
+# Words that point at a rule without stating it: "start following a specific naming
+# convention", "update your approach", "remember my update".
+_RULE_EMPTY_RE = LazyRe(r"\b(?:(?:a|an|some)\s+(?:specific|particular|certain|new|different|few)|this|that|these|those|"
+                        r"it|conventions?|approach|update|change|insights?|ideas?|thinking|afraid|ce|cette|esto|esta)\b",
+                        re.I)
+_RULE_POINTER_RE = LazyRe(r"\b(?:(?:a|an|some|two|three)\s+(?:specific|particular|certain|new|different)|the|this|that|"
+                          r"these|those)\s+(?:decorators?|modules?|conventions?|practices?|rules?|approach|ones?|prefix|suffix)\b",
+                          re.I)
+_RULE_VAGUE_RE = LazyRe(
+    r"\b(?:clear\w*|clean\w*|concise|consisten\w*|readab\w*|maintainab\w*|meaningful|descriptive|understand\w*|"
+    r"efficien\w*|quality|best|attention|focus\w*|well|proper\w*|thorough\w*|careful\w*|robust|secure|safe|good|"
+    r"great|high|important|aware|mind|comfortable|familiar\w*|standards?|guidelines?|style|feel|learning|"
+    r"propre|lisible|claro|limpio|legible)\b", re.I)
+# "always" / "never" before a verb (fr / es: any infinitive, "jamais de…"), not after a subject:
+# "I always forget" tells a habit.
+_RULE_ALWAYS_RE = LazyRe(r"(?<![\w'])(?:(i|we|they|he|she|it|people|everyone|je|nous|on|yo|nosotros)\s+)?"
+                         r"(?:(?:always|never)\s+(?:\w+ly\s+)?" + _RULE_VERB + r"|(?:toujours|jamais|siempre|nunca)\s+"
+                         r"(?:de\b|d'|" + _RULE_VERB + r"|\w+(?:er|ir|re|ar)\b))", re.I)
+_RULE_CUE_RE = LazyRe(
+    r"\b(?:make sure|be sure to|ensure|remember to|don'?t forget to|do not forget to|"
+    r"(?:i|we)(?:'d| would)? (?:like|want|need|expect) (?:you|all of you|everyone) to (?!know\b|understand\b|feel\b|"
+    r"realise\b|realize\b|think\b|see\b|learn\b|be aware\b|have\b|meet\b|enjoy\b)|i(?:'d| would)? prefer (?:that )?you|"
+    r"you (?:should|must|need to|have to|ought to|will need to|'ll need to)|"
+    r"it(?:'s| is) (?:important|essential|crucial|vital|key|mandatory|required|best practice) (?:to|that you)|"
+    r"please|let'?s|we(?:'ll| will| should| must| need to)|get into the habit|make it a habit|stick (?:to|with)|"
+    r"should|must|keep in mind|emphasi[sz]e|stress|highlight|"
+    r"(?:conventions?|rules?|practices?|standards?|guidelines?|polic(?:y|ies))\b[^.]{0,40}?\bis to|"
+    r"(?:the|our|my|a) (?:rule|convention|standard|guideline|policy|practice) (?:here |at \w+ )?is|"
+    r"assure[sz]?[- ](?:toi|vous)|veille[sz]? à|n'oublie[sz]? pas|je (?:veux|voudrais|souhaite|préfère) que|"
+    r"j'aimerais que|il faut|tu dois|vous devez|merci de|pense[sz]? à|"
+    r"asegúrate|asegúrese|no olvides|no olvide|recuerda|quiero que|me gustaría que|necesito que|debes|"
+    r"tienes que|hay que|por favor)\b", re.I)
+# What makes a direction standing rather than this turn's task.
+_RULE_STANDING_RE = LazyRe(
+    r"\b(?:from now on|going forward|moving forward|from here on|henceforth|in (?:the )?future|always|never|"
+    r"every ?time|each time|whenever|at all times|by default|as a (?:rule|convention|habit)|habit|conventions?|"
+    r"practices?|standards?|guidelines?|(?:start|begin) \w+ing|the use of|"
+    r"(?:all|every|each|any)\b(?:\s+(?:of|your|the|our|my|new|future))*\s+\w+|"
+    r"when(?:ever)?\s+(?:you(?:'re| are)?\s+)?\w+ing\b|(?:your|our)\s+(?:\w+\s+)?\w+s\b|names|"
+    r"(?<!the )(?<!these )(?<!those )(?:functions|methods|classes|variables|attributes|arguments|parameters|tests|"
+    r"commits|files)\b|"
+    r"à partir de maintenant|dorénavant|désormais|à l'avenir|toujours|jamais|chaque fois|à chaque|"
+    r"systématiquement|par défaut|tou(?:s|tes) (?:les|nos|tes|vos)|chaque|cada|"
+    r"a partir de ahora|de ahora en adelante|en adelante|desde ahora|siempre|nunca|cada vez|por defecto|"
+    r"tod(?:os|as) (?:los|las|tus|nuestros|nuestras))\b", re.I)
+# Something concrete the rule acts on: a quoted value, an identifier, a path, a code word.
+_RULE_OBJECT_RE = LazyRe(
+    r"(?<!\w)'[^'\n]{1,40}'(?!\w)|\"[^\"\n]{1,40}\"|`[^`\n]+`|@\w+|\b\w+_\w*|\b_\w+|\b\w+\.[a-z]{1,5}\b|\w/\w|"
+    r"\b(?:code|codebase|tests?|testing|commits?|push(?:es|ing)?|merg\w+|branch(?:es)?|"
+    r"pull requests?|prs?|lint\w*|format\w*|files?|folders?|director(?:y|ies)|functions?|methods?|"
+    r"class(?:es)?|variables?|constants?|attributes?|propert(?:y|ies)|arguments?|args?|parameters?|params?|"
+    r"names?|naming|identifiers?|imports?|modules?|librar(?:y|ies)|packages?|dependenc(?:y|ies)|"
+    r"type ?hints?|types?|annotations?|docstrings?|comments?|documentation|docs|readme|changelog|apis?|"
+    r"endpoints?|database|db|migrations?|tables?|schemas?|quer(?:y|ies)|sql|logs?|logging|print|errors?|"
+    r"exceptions?|try|except|asserts?|assertions?|decorators?|deploy\w*|builds?|ci|pipelines?|scripts?|"
+    r"config\w*|secrets?|keys?|passwords?|tokens?|credentials|tabs|spaces|indentation|strings?|quotes|"
+    r"camel ?case|pascal ?case|snake ?case|upper ?case|lower ?case|prefix\w*|suffix\w*|diffs?|reviews?|"
+    r"git|docker|python|javascript|typescript|shell|bash|npm|pip|pytest|versions?|tags?|releases?|"
+    r"fonctions?|méthodes?|fichiers?|dossiers?|dépôt|dépendances?|commentaires?|bibliothèques?|erreurs?|"
+    r"clés?|tabulations?|espaces|noms?|código|pruebas?|funci(?:ón|ones)|métodos?|clases?|archivos?|"
+    r"carpetas?|repositorio|dependencias?|ramas?|documentación|comentarios?|migraci(?:ón|ones)|nombres?|"
+    r"módulos?|bibliotecas?|librerías?|errores?|excepciones?|claves?|secretos?|globales|espacios|anotaciones)\b",
+    re.I)
+_RULE_PLEASANTRY_RE = LazyRe(
+    r"\b(?:happy|glad|pleasure|welcome|thanks?|thank you|grateful|appreciate|feel free|hesitate|reach out|"
+    r"let me know|good luck|congrat\w*|great job|well done|nice work|take care|enjoy|excited|proud|hope|"
+    r"merci pour|ravi|content|bonne chance|gracias|encantad[oa]|feliz|suerte)\b", re.I)
+# Openers a stored rule does without: the rule is standing by being one.
+_RULE_TRIM_RE = LazyRe(
+    r"^(?:(?:from now on|going forward|moving forward|from here on|henceforth|in the future|à partir de maintenant|"
+    r"dorénavant|désormais|à l'avenir|a partir de ahora|de ahora en adelante|en adelante|desde ahora)\s*,?\s*)?"
+    r"(?:(?:i(?:'d| would)? (?:like|want|need|expect) you to|please)\s+)?", re.I)
+_RULE_TRIM_END_RE = LazyRe(r"(?:[\s,]+(?:from now on|going forward|moving forward|from here on|henceforth))?[\s.!;]*$",
+                           re.I)
+
+
+def _rule_sentence(piece):
+    """The rule a sentence states, compacted (openers and "from now on" dropped), or None."""
+    piece = piece.strip()
+    if not 8 <= len(piece) <= RULE_MAX_CHARS * 2 or piece.endswith("?"):
+        return None
+    labelled = _RULE_RE.match(piece)
+    if labelled:
+        return labelled.group("a").strip()
+    body = _RULE_LEAD_RE.sub("", piece)
+    body = _RULE_VOCATIVE_RE.sub("", body)
+    body = _RULE_LEAD_RE.sub("", body)
+    core = _RULE_CLAUSE_RE.sub("", body)
+    always = [m for m in _RULE_ALWAYS_RE.finditer(body) if not m.group(1)]
+    directed = always or _RULE_IMPERATIVE_RE.match(core) or _RULE_CUE_RE.search(body)
+    if not directed or not _RULE_STANDING_RE.search(body) or not _RULE_OBJECT_RE.search(body):
+        return None
+    if _RULE_VALUE_RE.search(body):
+        return _RULE_TRIM_RE.sub("", body)
+    if _RULE_PLEASANTRY_RE.search(body):
+        return None
+    # Without a value, a rule names what it is about ("docstrings", "type hints") or is said
+    # the plainest way ("never push to main"): "make sure your code is clean" is advice.
+    if _RULE_PLAIN_RE.match(core) or (_RULE_ASPECT_RE.search(body) and not _RULE_POINTER_RE.search(body)):
+        return _RULE_TRIM_RE.sub("", body)
+    if _RULE_ACT_RE.match(core) and not _RULE_VAGUE_RE.search(body) and not _RULE_EMPTY_RE.search(body):
+        return _RULE_TRIM_RE.sub("", body)
+    return None
+
+
+def split_rule(rule):
+    """A rule that coordinates several ("start method names with 'x_' and function names with
+    'y_'") as one rule each, so that each can be replaced alone; a part without its own verb
+    borrows the first part's ("Always start "). Split only when every part names a value or an
+    aspect."""
+    parts = [p for p in re.split(r"\s*(?:,\s*|\s+)and\s+|\s*;\s*", rule) if p]
+    if len(parts) < 2 or not all(len(_RULE_VALUE_RE.findall(p)) <= 1 and (_RULE_VALUE_RE.search(p) or _RULE_ASPECT_RE.search(p))
+                                 for p in parts):
+        return [rule]
+    head = _RULE_KIND_RE.search(parts[0])
+    out = [parts[0]]
+    for part in parts[1:]:
+        core = _RULE_CLAUSE_RE.sub("", part)
+        verb = _RULE_IMPERATIVE_RE.match(core) or _RULE_PLAIN_RE.match(core) or re.match(r"\w+ing\b", core)
+        out.append(part if verb or not head else parts[0][:head.start()] + part)
+    return out
 
 
 def detect_rules(text):
-    """User rules stated at the start of a line or sentence, in en / fr / es.
+    """The user rules a prompt states, one per sentence, in en / fr / es.
 
     >>> detect_rules("remember: run the linter before committing")
     ['Run the linter before committing']
     >>> detect_rules("Please fix it. Always run the linter before committing!")
     ['Always run the linter before committing']
+    >>> detect_rules("Also, from now on I want you to start variable names with 'x_'.")
+    ["Start variable names with 'x_'"]
     >>> detect_rules("règle : pas de dépendances"), detect_rules("jamais de secrets dans le dépôt")
     (['Pas de dépendances'], ['Jamais de secrets dans le dépôt'])
     >>> detect_rules("recuerda: usar pytest"), detect_rules("nunca borrar migraciones")
     (['Usar pytest'], ['Nunca borrar migraciones'])
 
-    Not rules: "never mind", mid-sentence words, questions.
+    Not rules: tasks, small talk, habits, questions.
 
+    >>> detect_rules("Fix the login bug."), detect_rules("Always happy to help with the code!")
+    ([], [])
     >>> detect_rules("never mind, I always forget"), detect_rules("Always use tabs?")
     ([], [])
     """
-    found = []
+    found, before = [], ""
     for piece in re.split(r"\n+|(?<=[.!?])\s+", text or ""):
-        match = _RULE_RE.match(piece)
-        if match and not piece.rstrip().endswith("?"):  # "Always use tabs?" asks, it does not rule
-            rule = (match.group("a") or match.group("b")).strip().rstrip(".!;")
-            if 3 <= len(rule) <= 300:
-                found.append(rule[0].upper() + rule[1:])
+        rule = _rule_sentence(piece)
+        for part in split_rule(rule) if rule else ():
+            part = _RULE_TRIM_END_RE.sub("", part).strip()
+            named = [m for m in _RULE_KIND_RE.finditer(before)]
+            if named and not _RULE_KIND_RE.search(part):
+                # "Always start them with 'x_'": what "them" names stays with the rule.
+                part = before[named[-1].start():named[-1].end()] + ": " + part
+            if 3 <= len(part) <= RULE_MAX_CHARS:
+                found.append(part[0].upper() + part[1:])
+        before = piece
     return found
+
+
+_RULE_VALUE_RE = LazyRe(r"(?<!\w)'([^'\n]{1,40})'(?!\w)|\"([^\"\n]{1,40})\"|`([^`\n]{1,60})`|(@\w+)|"
+                        r"(?<![\w'@])([A-Za-z0-9]+_|_[A-Za-z0-9]+)(?![\w'])")
+# Values a sentence names as the old ones: "use 'm_' instead of 'x_'".
+_RULE_OLD_RE = LazyRe(r"\b(?:instead of|rather than|in place of|no longer|not|au lieu de|à la place de|"
+                      r"en lugar de|en vez de)\s+(?:the\s+|using\s+|use\s+)?$", re.I)
+_RULE_NEGATIVE_RE = LazyRe(r"^(?:never|don'?t|do not|avoid|stop|no longer|jamais|ne |n'|nunca|no )", re.I)
+_RULE_KIND_RE = LazyRe(
+    r"\b(?:(?P<argument>(?:function\s+|method\s+)?(?:arg(?:ument)?s?|param(?:eter)?s?)|argumentos?|paramètres?|"
+    r"parámetros?)|(?P<function>func(?:tion)?s?|fonctions?|funci(?:ón|ones))|(?P<method>methods?|méthodes?|"
+    r"métodos?)|(?P<variable>variables?|vars?)|(?P<attribute>attributes?|propert(?:y|ies)|attributs?|atributos?)|"
+    r"(?P<klass>class(?:es)?|clases?)|(?P<constant>constants?|constantes?)|(?P<file>files?|fichiers?|archivos?)|"
+    r"(?P<commit>commits?)|(?P<branch>branch(?:es)?|ramas?))\b", re.I)
+# What a rule is about, most specific first. An exclusive aspect holds one value at a time (a
+# name has one prefix, a class one case style): a new value replaces the old. The others add
+# up (two decorators, two imports): only the opposite polarity ("never …") replaces.
+_RULE_ASPECTS = (
+    ("decorator", False, r"decorat\w*|décorateur\w*|decorador\w*|@\w+"),
+    ("import", False, r"\bimport(?:s|ed|ing)?\b"),
+    ("prefix", True, r"\bprefix\w*|\bpréfix\w*|\bprefijo\w*|\b(?:start|begin)(?:s|ing)?\b(?!\s+(?:\w+ing|to)\b)[^.;]{0,60}?"
+                     r"\bwith\b|\bcommenc\w+\b[^.;]{0,60}?\bpar\b|\b(?:empie|comien)\w*\b[^.;]{0,60}?\b(?:con|por)\b"),
+    ("suffix", True, r"\bsuffix\w*|\bsufijo\w*|\bend(?:s|ing)?\b(?!\s+up\b)[^.;]{0,60}?\bwith\b|"
+                     r"\btermin\w+\b[^.;]{0,60}?\b(?:par|con|en)\b"),
+    ("case", True, r"\b(?:camel|pascal|snake|kebab|upper|lower)[ _-]?case\b|\ball caps\b|\bcapital letters\b|"
+                   r"\bmajuscules?\b|\bminuscules?\b|\bmayúsculas?\b|\bminúsculas?\b"),
+    ("indent", True, r"\btabs?\b|\bspaces\b|\bindent\w*|\btabulations?\b|\bespacios\b|\bespaces\b"),
+    ("quotes", True, r"\b(?:single|double)[- ]quot\w*|\bguillemets\b|\bcomillas\b"),
+    ("docstring", False, r"\bdoc ?strings?\b"),
+    ("annotation", False, r"\bannotat\w*|\btype ?hints?\b|\banotaci\w+"),
+    ("assert", False, r"\bassert\w*"),
+    ("try", False, r"\btry(?:[- /]except)?\s+(?:statements?|blocks?|clauses?)|\btry\b[^.]{0,30}\bexcept\b"),
+    ("comment", False, r"\bcomment\w*|\bcomentario\w*"),
+    ("digit", False, r"\bdigits?\b|\bnumerals?\b|\bchiffres?\b|\bdígitos?\b"),
+)
+_RULE_ASPECT_RE = LazyRe("|".join(f"(?P<{name}>{rx})" for name, _, rx in _RULE_ASPECTS), re.I)
+_RULE_EXCLUSIVE = {name for name, exclusive, _ in _RULE_ASPECTS if exclusive}
+_RULE_FACETS = {}  # rule text -> its facets: rules are few and read on every prompt
 
 
 def rule_key(text):
     return re.sub(r"\W+", " ", text.casefold()).strip()
 
 
-def merge_rules(rules, new_texts, now):
-    """Append rules not already present (compared without case and punctuation)."""
-    keys = {rule_key(r["text"]) for r in rules}
+def rule_facets(text):
+    """What a rule (or any sentence) says, as comparable parts: `aspect` (see _RULE_ASPECTS,
+    "" when none), `objects` (the code objects it applies to: function, method, class…),
+    `values` (the quoted or named values it sets, lowercased), `old` (values it names as
+    replaced: "instead of 'x_'"), `negative` (a "never …" rule) and `terms` (its words)."""
+    got = _RULE_FACETS.get(text)
+    if got is not None:
+        return got
+    values, old = [], []
+    for m in _RULE_VALUE_RE.finditer(text):
+        value = next(g for g in m.groups() if g).casefold()
+        (old if _RULE_OLD_RE.search(text[max(0, m.start() - 30):m.start()]) else values).append(value)
+    aspect = _RULE_ASPECT_RE.search(text)
+    name = aspect.lastgroup if aspect else ""
+    if name in ("case", "indent", "quotes"):  # the style word is the value: "use CamelCase for classes"
+        values = [re.sub(r"[ _-]", "", aspect.group().casefold())]
+    got = {"aspect": name, "exclusive": name in _RULE_EXCLUSIVE,
+           "objects": frozenset(m.lastgroup for m in _RULE_KIND_RE.finditer(text)),
+           "values": frozenset(values), "old": frozenset(old), "negative": bool(_RULE_NEGATIVE_RE.match(text)),
+           "terms": frozenset(terms(text))}
+    if len(_RULE_FACETS) < RULE_FACETS_MEMO:
+        _RULE_FACETS[text] = got
+    return got
+
+
+def _same_subject(new, old):
+    """Whether two rules are about the same thing: one aspect, on the objects of the old one
+    (or neither names an object), and for an aspect that adds up, the same values."""
+    if not new["aspect"] or new["aspect"] != old["aspect"]:
+        return False
+    if bool(new["objects"]) != bool(old["objects"]) or not new["objects"] >= old["objects"]:
+        return False
+    return new["exclusive"] or new["values"] == old["values"]
+
+
+def rule_relation(new, old):
+    """"replaces" when rule facets `new` supersede `old` (the same subject with another value or
+    the other polarity, or "instead of" one of its values), "restates" when `new` says nothing
+    `old` does not, else None."""
+    if new["old"] & old["values"] and (not new["objects"] or not old["objects"] or new["objects"] & old["objects"]):
+        return "replaces"
+    if _same_subject(new, old):
+        if new["negative"] != old["negative"] or (new["exclusive"] and new["values"] and new["values"] != old["values"]):
+            return "replaces"
+        return "restates"
+    if not new["aspect"] and not old["aspect"] and new["terms"] == old["terms"]:
+        return "restates"
+    return None
+
+
+def merge_rules(rules, new_texts, now, source=None):
+    """Add the rules `new_texts` to `rules` (in place) unless a current rule already says
+    them; a rule that replaces a current one (see rule_relation) marks it `replaced_by` its
+    text, `replaced_at` now: the old one stays for the history, no longer current. A rule
+    older than the current one it would replace (a prompt drained late) is stored replaced.
+    `source`: the id of the message that stated them. Returns the rules added."""
     added = []
     for text in new_texts:
         key = rule_key(text)
-        if key and key not in keys:
-            keys.add(key)
-            rule = {"text": text, "created_at": iso(now)}
-            rules.append(rule)
-            added.append(rule)
+        if not key:
+            continue
+        new = rule_facets(text)
+        current = [r for r in rules if not r.get("replaced_by")]
+        relations = [(r, rule_relation(new, rule_facets(r["text"]))) for r in current]
+        if any(rule_key(r["text"]) == key or rel == "restates" for r, rel in relations):
+            continue
+        rule = {"text": text, "created_at": iso(now)}
+        if source:
+            rule["message_id"] = source
+        for r, rel in relations:
+            if rel != "replaces":
+                continue
+            if ts_of(r, "created_at") > now:
+                rule.update(replaced_by=r["text"], replaced_at=r["created_at"])
+            else:
+                r.update(replaced_by=text, replaced_at=rule["created_at"])
+        rules.append(rule)
+        added.append(rule)
     return added
+
+
+def current_rules(rules):
+    return [r for r in rules if not r.get("replaced_by")]
+
+
+def rules_in_order(rules):
+    """The rules as `rules list` numbers them: the current ones, then the replaced ones."""
+    return current_rules(rules) + [r for r in rules if r.get("replaced_by")]
+
+
+def stale_rules(rules):
+    """[(facets of a replaced rule, the current rule that took its place)]: what mark_replaced
+    looks for. A chain (x_ -> m_ -> vr_) ends at the current rule."""
+    by_text = {r["text"]: r for r in rules}
+    out = []
+    for r in rules:
+        now, seen = r, set()
+        while now.get("replaced_by") in by_text and now["text"] not in seen:
+            seen.add(now["text"])
+            now = by_text[now["replaced_by"]]
+        if now is not r and not now.get("replaced_by"):
+            out.append((rule_facets(r["text"]), now))
+    return out
+
+
+def mark_replaced(text, stale, lang):
+    """`text` with each sentence that states a replaced rule led by "[replaced on <date> by:
+    <the current rule>]": a recalled message never passes an old instruction off as current.
+    The mark opens the sentence, so a cut at the end of the line cannot keep one without the
+    other. `stale`: see stale_rules."""
+    low = text.casefold()
+    wanted = [(f, cur) for f, cur in stale if any(v in low for v in f["values"])]
+    if not wanted:
+        return text
+    parts = _SENTENCE_END_RE.split(text)
+    for i, part in enumerate(parts):
+        said = None
+        for old, cur in wanted:
+            if any(v in part.casefold() for v in old["values"]):
+                said = said or rule_facets(part)
+                cur_values = rule_facets(cur["text"])["values"]
+                if (said["aspect"] == old["aspect"] and said["values"] & old["values"]
+                        and not said["values"] & cur_values
+                        and (not said["objects"] or not old["objects"] or said["objects"] & old["objects"])):
+                    parts[i] = tr("rule_replaced", lang, date=format_date(ts_of(cur, "created_at"), lang),
+                                  text=cur["text"].rstrip(".!;")) + " " + part
+                    break
+    return " ".join(parts)
+
+
+def render_rules(rules, qterms, budget, lang):
+    """The "User rules:" line: the current rules (never a replaced one), those that share the
+    most words with the prompt first, then the newest, each whole, within `budget` characters;
+    "" when none fits. Says how many did not fit."""
+    current = current_rules(rules)
+    wanted = set(qterms)
+    ranked = sorted(current, key=lambda r: (-len(wanted.intersection(terms(r["text"]))), -ts_of(r, "created_at")))
+
+    def pack(room):
+        line, shown = tr("ctx_rules", lang), 0
+        for r in ranked:
+            part = f" ({shown + 1}) {r['text'].rstrip('.!;')}."
+            if len(line) + len(part) <= room:
+                line += part
+                shown += 1
+        return line, shown
+    line, shown = pack(budget)
+    if shown < len(current):  # the rules that fit leave room to say how many did not
+        more = " " + tr("ctx_rules_more", lang, n=len(current) - shown)
+        line, shown = pack(budget - len(more))
+        line += " " + tr("ctx_rules_more", lang, n=len(current) - shown)
+    return line if shown else ""
 
 
 def numpy_or_none():
@@ -3715,7 +4078,7 @@ class MemoryWriter(MemoryIndex):
         ext = EXTRACTOR.extract(entry["text"], entry["origin"], entry.get("file"))
         ext["topics"] = self.specific_topics(ext["topics"])
         if entry["source"] == "prompt" and "rules" not in entry:  # "rules": stored when journaled
-            self.add_rules(detect_rules(entry["text"]), now)
+            self.add_rules(detect_rules(entry["text"]), now, mid)
         candidates = self.candidates(vec)
         sims = [similarity(cos, ext["topics"], t.get("topics")) for t, cos in candidates]
         decision = decide(ext["topics"], candidates, cfg, sims)
@@ -3836,8 +4199,8 @@ class MemoryWriter(MemoryIndex):
             self._drop_bridge(bid)
         return drop
 
-    def add_rules(self, texts, now):
-        return add_rules_to_store(self.store, texts, now)
+    def add_rules(self, texts, now, source=None):
+        return add_rules_to_store(self.store, texts, now, source)
 
     # -- status and maintenance --
     def set_status(self, thread_ids, status):
@@ -4040,7 +4403,7 @@ class Memory(MemoryWriter):
                 "message_embedding_coverage": round(len(self.mvec) / msg_total, 4) if msg_total else 1.0,
                 "models": {str(k): v for k, v in models.items()},
                 "mixed_models": sorted(str(k) for k in models if k not in (None, self.embedder.id)),
-                "rules": len(self.store.rules()), "quarantined": self.store.quarantined(),
+                "rules": len(current_rules(self.store.rules())), "quarantined": self.store.quarantined(),
                 "inbox_pending": len(self.store.inbox_pending())}
 
 
@@ -4053,13 +4416,14 @@ def item_line(msg, lang, text=None):
 def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, lang, guardcode):
     """The text injected with a prompt, within `budget` characters: a header, the best `hits`
     (focused on the query terms) packed under their thread's line, up to three threads
-    `related_of(thread ids, ids to skip)` to the first one, then the rules and reminders.
-    Returns (the text, the packed hits with their `line`)."""
+    `related_of(thread ids, ids to skip)` to the first one, then the rules (render_rules) and
+    reminders. A recalled sentence that states a replaced rule says so (mark_replaced). Returns (the text, the packed hits with their `line`)."""
     head = tr("ctx_header", lang)
     tail = []
-    if rules:
-        tail.append(shorten(tr("ctx_rules", lang) + " " +
-                            " ".join(f"({i}) {r['text']}" for i, r in enumerate(rules, 1)), budget // 4))
+    rules_line = render_rules(rules, qterms, int(budget * RULES_SHARE), lang)
+    if rules_line:
+        tail.append(rules_line)
+    stale = stale_rules(rules)
     if guardcode:
         tail.append(tr("ctx_guardcode", lang))
     fixed = len(head) + sum(len(t) + 1 for t in tail) + 1
@@ -4075,7 +4439,8 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     candidates = [dict(h, group=h["thread_id"], min_len=min(len(h["text"]), 150) // 2) for h in hits if h["score"] > 0]
     # Each item is indented under its thread's header, which costs space once.
     items = pack_items(candidates, max(0, budget - fixed), indent=4, group_cost=lambda g: len(header(g)) + 1,
-                       render=lambda h: item_line(msgs[h["message_id"]], lang, focus(h["text"], qterms)))
+                       render=lambda h: item_line(msgs[h["message_id"]], lang,
+                                                  focus(mark_replaced(h["text"], stale, lang), qterms)))
     by_thread = {}
     for item in items:
         by_thread.setdefault(item["thread_id"], []).append(item)
@@ -5040,10 +5405,12 @@ def context_output(event, text):
                       ensure_ascii=False)
 
 
-def add_rules_to_store(store, texts, now):
+def add_rules_to_store(store, texts, now, source=None):
+    """Merge rules into user_rules.json (see merge_rules); `source`: the id of the message
+    that states them."""
     if not texts:
         return []
-    added = store.update_rules(lambda rules: merge_rules(rules, texts, now))
+    added = store.update_rules(lambda rules: merge_rules(rules, texts, now, source))
     if added:
         store.log.info("user rules added", rules=[r["text"] for r in added])
     return added
@@ -5135,7 +5502,8 @@ def hook_inject(store, payload, mem):
     cfg = mem.cfg if mem else store.config()
     lang, now = cfg["language"], time.time()
     session = payload.get("session_id")
-    add_rules_to_store(store, detect_rules(redact(prompt)), now)  # user_rules.json must hold no secret
+    # user_rules.json must hold no secret; the rules remember the message they come from.
+    add_rules_to_store(store, detect_rules(redact(prompt)), now, message_id(cid) if cid else None)
     hb = store.heartbeat()
     source = mem or lexical_memory(store, prompt, [hb.get("last_thread")])
     # The prompt just journaled is not its own context, should a drain have stored it already.
@@ -5727,11 +6095,17 @@ def do_rules(cli, args):
                     raise ValueError
             except ValueError:
                 raise NotFound(tr("not_found", lang, what=args.value)) from None
-            return rules.pop(index)
+            gone = rules_in_order(rules)[index]  # numbered as `rules list` shows them
+            rules.remove(gone)
+            return gone
         removed = store.update_rules(remove)
         return emit(args, removed, tr("rules_removed", lang, text=removed["text"]))
-    rules = store.rules()
-    return emit(args, rules, "\n".join(f"{i}. {r['text']}" for i, r in enumerate(rules, 1)) or tr("none", lang))
+    # The current rules, then the replaced ones, marked, for the history.
+    rules = rules_in_order(store.rules())
+    lines = [f"{i}. {r['text']}" + (" " + tr("rule_replaced", lang, date=format_date(ts_of(r, "replaced_at"), lang),
+                                             text=r["replaced_by"]) if r.get("replaced_by") else "")
+             for i, r in enumerate(rules, 1)]
+    return emit(args, rules, "\n".join(lines) or tr("none", lang))
 
 
 def do_forget(cli, args):
