@@ -304,7 +304,7 @@ ERROR_LINE_CHARS = 300
 # ---- user rules ----
 # The longest sentence kept as a rule (longer is prose), the share of the inject budget the
 # rules line may take (only as much as the rules need), rule texts whose facets are memoized.
-RULE_MAX_CHARS, RULES_SHARE, RULE_FACETS_MEMO = 300, 0.5, 4096
+RULE_MAX_CHARS, RULES_SHARE, RULE_FACETS_MEMO = 300, 0.6, 4096
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -2426,13 +2426,47 @@ _RULE_PLEASANTRY_RE = LazyRe(
     r"\b(?:happy|glad|pleasure|welcome|thanks?|thank you|grateful|appreciate|feel free|hesitate|reach out|"
     r"let me know|good luck|congrat\w*|great job|well done|nice work|take care|enjoy|excited|proud|hope|"
     r"merci pour|ravi|content|bonne chance|gracias|encantad[oa]|feliz|suerte)\b", re.I)
-# Openers a stored rule does without: the rule is standing by being one.
-_RULE_TRIM_RE = LazyRe(
+# Wrappers a stored rule does without (it is standing and directed by being a rule), peeled
+# off its start one after the other: "from now on, I want you to make sure to use…" -> "use…".
+_RULE_WRAPPER_RE = LazyRe(
     r"^(?:(?:from now on|going forward|moving forward|from here on|henceforth|in the future|à partir de maintenant|"
-    r"dorénavant|désormais|à l'avenir|a partir de ahora|de ahora en adelante|en adelante|desde ahora)\s*,?\s*)?"
-    r"(?:(?:i(?:'d| would)? (?:like|want|need|expect) you to|please)\s+)?", re.I)
+    r"dorénavant|désormais|à l'avenir|a partir de ahora|de ahora en adelante|en adelante|desde ahora)\s*,?\s*|"
+    r"(?:i|we)(?:'d| would)? (?:like|want|need|expect) (?:you )?to\s+|please\s+|"
+    r"(?:remember|make sure|be sure|don'?t forget|do not forget) to\s+|"
+    r"(?:make sure|ensure)(?: that)?(?: you(?:'re| are)?)?\s+|(?:(?:i|we)(?: also)?(?: want to| would like to|'d like to)? )?"
+    r"(?:emphasi[sz]e|stress|reinforce|highlight)\s+(?:the importance of|that)?\s*|"
+    r"(?:get into|make it) (?:the|a) habit (?:of|to)\s+|[a-z]+ly\s+(?=\w+ing\b)|"
+    r"it(?:'s| is) (?:important|essential|crucial) (?:to|that you)\s+|"
+    r"one of (?:our|the|my) (?:\w+ )?(?:conventions|rules|practices|standards) (?:\w+ )?is to\s+|"
+    r"(?:when it comes to|regarding|as for|in terms of|speaking of|here at|at)\b[^,]{1,60},\s*)", re.I)
+# What follows a rule to justify it: ", so that…", " to indicate…", " as in 'x_count'".
+_RULE_REASON_RE = LazyRe(r"(?:,\s*(?:so|as|because|since|which|this|that way)\b|\s+(?:as in|to indicate|for example|"
+                         r"e\.g\.)\b).*$", re.I)
+_RULE_GERUNDS = {"using": "use", "adding": "add", "including": "include", "importing": "import", "writing": "write",
+                 "naming": "name", "ending": "end", "starting": "start", "annotating": "annotate"}
 _RULE_TRIM_END_RE = LazyRe(r"(?:[\s,]+(?:from now on|going forward|moving forward|from here on|henceforth))?[\s.!;]*$",
                            re.I)
+
+
+def compact_rule(text):
+    """A rule as stored: the directive itself, without its wrappers, its justification or
+    "your" ("Also, I want you to make sure to start your variable names with 'x_', so we know"
+    -> "start variable names with 'x_'"). A topic clause goes only when it names no object."""
+    clause = _RULE_CLAUSE_RE.match(text)
+    keep = clause.group() if clause and (_RULE_KIND_RE.search(clause.group()) or _RULE_VALUE_RE.search(clause.group())) else ""
+    text = text[len(keep):]
+    while True:
+        m = _RULE_WRAPPER_RE.match(text)
+        if not m or not m.group() or (_RULE_KIND_RE.search(m.group()) or _RULE_VALUE_RE.search(m.group())):
+            break
+        text = text[m.end():]
+    text = re.sub(r"^the (?:consistent )?use of\b", "use", text, flags=re.I)
+    text = keep + re.sub(r"^(?:(?:start|begin) )?(\w+ing)\b", lambda g: _RULE_GERUNDS.get(g.group(1).lower(), g.group()),
+                         text, flags=re.I)
+    cut = _RULE_REASON_RE.search(text)
+    if cut and cut.start() > 20 and (_RULE_VALUE_RE.search(text[:cut.start()]) or _RULE_KIND_RE.search(text[:cut.start()])):
+        text = text[:cut.start()]
+    return re.sub(r"\b(all )?your\s+(?=\w)", lambda g: g.group(1) or "", text, flags=re.I)
 
 
 def _rule_sentence(piece):
@@ -2452,15 +2486,15 @@ def _rule_sentence(piece):
     if not directed or not _RULE_STANDING_RE.search(body) or not _RULE_OBJECT_RE.search(body):
         return None
     if _RULE_VALUE_RE.search(body):
-        return _RULE_TRIM_RE.sub("", body)
+        return compact_rule(body)
     if _RULE_PLEASANTRY_RE.search(body):
         return None
     # Without a value, a rule names what it is about ("docstrings", "type hints") or is said
     # the plainest way ("never push to main"): "make sure your code is clean" is advice.
     if _RULE_PLAIN_RE.match(core) or (_RULE_ASPECT_RE.search(body) and not _RULE_POINTER_RE.search(body)):
-        return _RULE_TRIM_RE.sub("", body)
+        return compact_rule(body)
     if _RULE_ACT_RE.match(core) and not _RULE_VAGUE_RE.search(body) and not _RULE_EMPTY_RE.search(body):
-        return _RULE_TRIM_RE.sub("", body)
+        return compact_rule(body)
     return None
 
 
@@ -2509,7 +2543,7 @@ def detect_rules(text):
         for part in split_rule(rule) if rule else ():
             part = _RULE_TRIM_END_RE.sub("", part).strip()
             named = [m for m in _RULE_KIND_RE.finditer(before)]
-            if named and not _RULE_KIND_RE.search(part):
+            if named and not _RULE_KIND_RE.search(part) and _RULE_PRONOUN_RE.search(part):
                 # "Always start them with 'x_'": what "them" names stays with the rule.
                 part = before[named[-1].start():named[-1].end()] + ": " + part
             if 3 <= len(part) <= RULE_MAX_CHARS:
@@ -2523,6 +2557,7 @@ _RULE_VALUE_RE = LazyRe(r"(?<!\w)'([^'\n]{1,40})'(?!\w)|\"([^\"\n]{1,40})\"|`([^
 # Values a sentence names as the old ones: "use 'm_' instead of 'x_'".
 _RULE_OLD_RE = LazyRe(r"\b(?:instead of|rather than|in place of|no longer|not|au lieu de|à la place de|"
                       r"en lugar de|en vez de)\s+(?:the\s+|using\s+|use\s+)?$", re.I)
+_RULE_PRONOUN_RE = LazyRe(r"\b(?:them|it|they|these|those|names?|les|los|las)\b", re.I)
 _RULE_NEGATIVE_RE = LazyRe(r"^(?:never|don'?t|do not|avoid|stop|no longer|jamais|ne |n'|nunca|no )", re.I)
 _RULE_KIND_RE = LazyRe(
     r"\b(?:(?P<argument>(?:function\s+|method\s+)?(?:arg(?:ument)?s?|param(?:eter)?s?)|argumentos?|paramètres?|"
@@ -2540,6 +2575,7 @@ _RULE_ASPECTS = (
                      r"\bwith\b|\bcommenc\w+\b[^.;]{0,60}?\bpar\b|\b(?:empie|comien)\w*\b[^.;]{0,60}?\b(?:con|por)\b"),
     ("suffix", True, r"\bsuffix\w*|\bsufijo\w*|\bend(?:s|ing)?\b(?!\s+up\b)[^.;]{0,60}?\bwith\b|"
                      r"\btermin\w+\b[^.;]{0,60}?\b(?:par|con|en)\b"),
+    ("contains", False, r"\b(?:the\s+)?(?:string|letters?|characters?)\s+'|\bcontain\w*\s+'"),
     ("case", True, r"\b(?:camel|pascal|snake|kebab|upper|lower)[ _-]?case\b|\ball caps\b|\bcapital letters\b|"
                    r"\bmajuscules?\b|\bminuscules?\b|\bmayúsculas?\b|\bminúsculas?\b"),
     ("indent", True, r"\btabs?\b|\bspaces\b|\bindent\w*|\btabulations?\b|\bespacios\b|\bespaces\b"),
@@ -2690,22 +2726,67 @@ def mark_replaced(text, stale, lang):
     return " ".join(parts)
 
 
+_RULE_SHOWN_RE = LazyRe(r"^(?:always|toujours|siempre)\s+", re.I)  # every rule shown is one
+# A rule on one kind of object whose aspect is known is shown by its object, in a few words
+# ("Functions: docstrings, names end with '_x'."): many rules in force fit the budget.
+_RULE_KIND_SHOWN = {"argument": "Function arguments", "function": "Functions", "method": "Methods",
+                    "variable": "Variables", "attribute": "Attributes", "klass": "Classes", "constant": "Constants"}
+_RULE_PHRASES = {"prefix": "names start with {v}", "suffix": "names end with {v}", "contains": "{v} in names",
+                 "digit": "a digit in names", "docstring": "docstrings", "annotation": "annotations",
+                 "assert": "assert statements", "try": "try statements", "comment": "comments",
+                 "decorator": "the {v} decorator", "case": "{v} names"}
+
+
+def rule_phrase(rule):
+    """(object heading, short phrase) of a rule shown grouped by its object, or None."""
+    f = rule_facets(rule["text"])
+    phrase = _RULE_PHRASES.get(f["aspect"])
+    if phrase is None or f["negative"] or len(f["objects"]) != 1 or next(iter(f["objects"])) not in _RULE_KIND_SHOWN:
+        return None
+    values = sorted(f["values"], key=lambda v: not v.startswith("@"))
+    kind = _RULE_KIND_SHOWN[next(iter(f["objects"]))]
+    if "{v}" not in phrase:
+        return kind, phrase
+    if not values or (f["aspect"] == "decorator") != values[0].startswith("@"):
+        return None
+    if f["aspect"] == "case":
+        shown = _RULE_ASPECT_RE.search(rule["text"]).group()
+    else:  # the value as the user wrote it (case kept), quoted; a decorator's module after it
+        shown = next((m.group() for m in _RULE_VALUE_RE.finditer(rule["text"])
+                      if next(g for g in m.groups() if g).casefold() == values[0]), None)
+        if shown is None:
+            return None
+        if f["aspect"] == "decorator" and len(values) > 1:
+            return kind, f"the {shown} decorator from {values[1]!r}"
+    return kind, phrase.format(v=shown)
+
+
 def render_rules(rules, qterms, budget, lang):
     """The "User rules:" line: the current rules (never a replaced one), those that share the
     most words with the prompt first, then the newest, each whole, within `budget` characters;
-    "" when none fits. Says how many did not fit."""
+    "" when none fits. Rules on one kind of object are grouped under it (rule_phrase); the
+    line says how many rules did not fit."""
     current = current_rules(rules)
     wanted = set(qterms)
     ranked = sorted(current, key=lambda r: (-len(wanted.intersection(terms(r["text"]))), -ts_of(r, "created_at")))
+    phrases = {id(r): rule_phrase(r) for r in ranked}
 
     def pack(room):
-        line, shown = tr("ctx_rules", lang), 0
+        groups, size, shown = {}, len(tr("ctx_rules", lang)), 0
         for r in ranked:
-            part = f" ({shown + 1}) {r['text'].rstrip('.!;')}."
-            if len(line) + len(part) <= room:
-                line += part
-                shown += 1
-        return line, shown
+            got = phrases[id(r)]
+            if got is None:
+                text = _RULE_SHOWN_RE.sub("", r["text"]).rstrip(".!;")
+                key, part, cost = id(r), text[:1].upper() + text[1:], len(text) + 2
+            else:
+                key, part = got
+                cost = len(part) + (2 if key in groups else len(key) + 4)
+            if size + cost <= room:
+                groups.setdefault(key, []).append(part)
+                size, shown = size + cost, shown + 1
+        heads = {h for h, _ in filter(None, phrases.values())}
+        body = "".join(f" {k}: {', '.join(parts)}." if k in heads else f" {parts[0]}." for k, parts in groups.items())
+        return tr("ctx_rules", lang) + body, shown
     line, shown = pack(budget)
     if shown < len(current):  # the rules that fit leave room to say how many did not
         more = " " + tr("ctx_rules_more", lang, n=len(current) - shown)

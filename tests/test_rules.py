@@ -21,15 +21,16 @@ DAY = 86400.0
     ("Going forward, please use pytest for all new tests.", "Use pytest for all new tests"),
     ("From now on, start variable names with 'x_'.", "Start variable names with 'x_'"),
     ("Also, I want you to always add type hints to public functions.", "Always add type hints to public functions"),
-    ("Make sure that all your method names end with '_m'.", "Make sure that all your method names end with '_m'"),
-    ("Oliver, when naming attributes, always start the name with 'i_'.",
+    ("Make sure that all your method names end with '_m', so we can spot them.", "All method names end with '_m'"),
+    ("Oliver, when naming attributes, remember to always start the name with 'i_' as in 'i_count'.",
      "When naming attributes, always start the name with 'i_'"),
-    ("One of our conventions is to always import the 'bz2' module.",
-     "One of our conventions is to always import the 'bz2' module"),
+    ("One of our conventions is to always import the 'bz2' module.", "Always import the 'bz2' module"),
     ("I'd like you to start using the '@timer' decorator from the 'pedantic' module for all methods.",
-     "Start using the '@timer' decorator from the 'pedantic' module for all methods"),
+     "Use the '@timer' decorator from the 'pedantic' module for all methods"),
+    ("I want to emphasize the importance of including assert statements in your functions.",
+     "Include assert statements in functions"),
     ("Never push to main directly!", "Never push to main directly"),
-    ("Include a single digit in your method names from now on.", "Include a single digit in your method names"),
+    ("Include a single digit in your method names from now on.", "Include a single digit in method names"),
     ("À partir de maintenant, utilise le préfixe 'x_' pour les noms de variables.",
      "Utilise le préfixe 'x_' pour les noms de variables"),
     ("Désormais, n'oublie pas de documenter toutes les fonctions.",
@@ -141,15 +142,27 @@ def test_rules_line_holds_current_rules_most_relevant_first_then_newest():
     rules = rules_of("Always start variable names with 'x_'", "Always add docstrings to your methods",
                      "Never push to main directly", "Start variable names with 'vr_'")
     line = ai.render_rules(rules, ai.terms("write a method that parses dates"), 1000, "en")
-    assert line == ("User rules: (1) Always add docstrings to your methods. (2) Start variable names with 'vr_'. "
-                    "(3) Never push to main directly.")
+    assert line == "User rules: Methods: docstrings. Variables: names start with 'vr_'. Never push to main directly."
+    line = ai.render_rules(rules, ai.terms("push the branch"), 1000, "en")
+    assert line == "User rules: Never push to main directly. Variables: names start with 'vr_'. Methods: docstrings."
+
+
+def test_rules_on_one_object_are_grouped_under_it_in_a_few_words():
+    rules = rules_of("Always end function names with '_f'", "Always add the '@timer' decorator from the 'pedantic' module "
+                     "to all your functions", "Use CamelCase for class names", "Include a single digit in function names",
+                     "Run the linter before every commit, please")
+    assert ai.render_rules(rules, [], 1000, "en") == (
+        "User rules: Run the linter before every commit, please. Functions: a digit in names, the '@timer' decorator "
+        "from 'pedantic', names end with '_f'. Classes: CamelCase names.")
 
 
 def test_rules_line_never_cuts_a_rule_and_says_how_many_did_not_fit():
-    rules = rules_of(*[f"Always start {kind} names with '{kind[0]}_'" for kind in ("variable", "method", "class")])
-    line = ai.render_rules(rules, [], 130, "en")
-    assert line.startswith("User rules: (1) Always start class names with 'c_'. (2) Always start method names")
-    assert line.endswith("(+1 more: ai_smartness rules list)") and "variable" not in line and len(line) <= 130
+    rules = rules_of("Always push with --force-with-lease, never with a bare --force",
+                     "Never commit generated files under build/ to the repository",
+                     "Always run the full test suite before asking for a review")
+    line = ai.render_rules(rules, [], 165, "en")
+    assert line == ("User rules: Run the full test suite before asking for a review. Never commit generated files "
+                    "under build/ to the repository. (+1 more: ai_smartness rules list)")
     assert ai.render_rules(rules, [], 20, "en") == ""
 
 
@@ -159,7 +172,7 @@ def test_rules_take_only_the_room_they_need_and_at_most_their_share(project):
         mem.capture(f"The parser module {i} reads invoice files with a streaming reader and retries", source="prompt")
     mem.add_rules(["Always add docstrings to your methods"], mem.clock())
     short = mem.context("how does the parser read invoice files?", budget=2000)["text"]
-    assert "\nUser rules: (1) Always add docstrings to your methods.\n" in short
+    assert "\nUser rules: Methods: docstrings.\n" in short
     assert len(short) > 1500  # the rest of the budget went to the recalled notes
     mem.add_rules([f"Always start {k} names with 'p{k[:2]}_' in module number {i}" for i in range(12)
                    for k in ("method",)], mem.clock())
@@ -197,7 +210,7 @@ def test_context_marks_a_replaced_instruction_and_injects_only_the_current_rule(
                 at="2024-03-11T09:00:00Z")
     text = mem.context("billing code variable names")["text"]
     rules_line = [x for x in text.splitlines() if x.startswith("User rules:")]
-    assert rules_line == ["User rules: (1) Update on the billing code: start variable names with 'vr_'."]
+    assert rules_line == ["User rules: Variables: names start with 'vr_'."]
     recalled = [x for x in text.splitlines() if "'x_'" in x]
     mark = f"[replaced on {ai.format_date(ai.parse_time('2024-03-11T09:00:00Z'))} by: Update on the billing code"
     assert recalled and all(mark in x for x in recalled), text
