@@ -2394,16 +2394,19 @@ _RULE_CUE_RE = LazyRe(
 # What makes a direction standing rather than this turn's task.
 _RULE_STANDING_RE = LazyRe(
     r"\b(?:from now on|going forward|moving forward|from here on|henceforth|in (?:the )?future|always|never|"
-    r"every ?time|each time|whenever|at all times|by default|as a (?:rule|convention|habit)|habit|conventions?|"
-    r"practices?|standards?|guidelines?|(?:start|begin) \w+ing|the use of|"
+    r"every ?time|each time|whenever|at all times|by default|as a (?:rule|convention|habit)|habit|"
     r"(?:all|every|each|any)\b(?:\s+(?:of|your|the|our|my|new|future))*\s+\w+|"
-    r"when(?:ever)?\s+(?:you(?:'re| are)?\s+)?\w+ing\b|(?:your|our)\s+(?:\w+\s+)?\w+s\b|names|"
-    r"(?<!the )(?<!these )(?<!those )(?:functions|methods|classes|variables|attributes|arguments|parameters|tests|"
-    r"commits|files)\b|"
+    r"when(?:ever)?\s+(?:you(?:'re| are)?\s+)?\w+ing\b|"
     r"à partir de maintenant|dorénavant|désormais|à l'avenir|toujours|jamais|chaque fois|à chaque|"
     r"systématiquement|par défaut|tou(?:s|tes) (?:les|nos|tes|vos)|chaque|cada|"
     r"a partir de ahora|de ahora en adelante|en adelante|desde ahora|siempre|nunca|cada vez|por defecto|"
     r"tod(?:os|as) (?:los|las|tus|nuestros|nuestras))\b", re.I)
+# Weaker signs a direction is standing, enough for a rule that names a value or an aspect: a
+# convention, a practice begun, names or kinds of code objects in general ("in method names").
+_RULE_GENERAL_RE = LazyRe(
+    r"\b(?:conventions?|practices?|standards?|guidelines?|(?:start|begin) \w+ing|the use of|names|"
+    r"(?:your|our)\s+(?:\w+\s+)?\w+s|(?:in|to|for|on|of|with)\s+(?!the\b|this\b|that\b|these\b|those\b|its\b|my\b)"
+    r"(?:\w+\s+)?(?:functions|methods|classes|variables|attributes|arguments|parameters|tests|commits|files))\b", re.I)
 # Something concrete the rule acts on: a quoted value, an identifier, a path, a code word.
 _RULE_OBJECT_RE = LazyRe(
     r"(?<!\w)'[^'\n]{1,40}'(?!\w)|\"[^\"\n]{1,40}\"|`[^`\n]+`|@\w+|\b\w+_\w*|\b_\w+|\b\w+\.[a-z]{1,5}\b|\w/\w|"
@@ -2483,7 +2486,10 @@ def _rule_sentence(piece):
     core = _RULE_CLAUSE_RE.sub("", body)
     always = [m for m in _RULE_ALWAYS_RE.finditer(body) if not m.group(1)]
     directed = always or _RULE_IMPERATIVE_RE.match(core) or _RULE_CUE_RE.search(body)
-    if not directed or not _RULE_STANDING_RE.search(body) or not _RULE_OBJECT_RE.search(body):
+    if not directed or not _RULE_OBJECT_RE.search(body):
+        return None
+    standing = _RULE_STANDING_RE.search(body)
+    if not standing and not (_RULE_GENERAL_RE.search(body) and (_RULE_VALUE_RE.search(body) or _RULE_ASPECT_RE.search(body))):
         return None
     if _RULE_VALUE_RE.search(body):
         return compact_rule(body)

@@ -54,6 +54,7 @@ def test_natural_rules_are_detected_in_their_directive_sentence(text, rule):
     "Start following a specific naming convention for your variable names.",
     "Toujours ravi de t'aider !", "Siempre feliz de ayudar.", "Je suis toujours content de ce code.",
     "Keep in mind that the weather is nice.", "Remember that efficiency is key in software engineering.",
+    "Write the parser for the invoice files.", "Use the new API in auth.py.",
 ])
 def test_tasks_small_talk_habits_and_vague_advice_are_not_rules(text):
     assert ai.detect_rules(text) == []
