@@ -2566,7 +2566,7 @@ _RULE_OLD_RE = LazyRe(r"\b(?:instead of|rather than|in place of|no longer|not|au
 _RULE_PRONOUN_RE = LazyRe(r"\b(?:them|it|they|these|those|names?|les|los|las)\b", re.I)
 _RULE_NEGATIVE_RE = LazyRe(r"^(?:never|don'?t|do not|avoid|stop|no longer|jamais|ne |n'|nunca|no )", re.I)
 _RULE_KIND_RE = LazyRe(
-    r"\b(?:(?P<argument>(?:function\s+|method\s+)?(?:arg(?:ument)?s?|param(?:eter)?s?)|argumentos?|paramètres?|"
+    r"\b(?:(?P<argument>(?:function\s+|method\s+)?(?:arg(?:ument)?s?|param(?:eter)?s?)(?:\s+variables?)?|argumentos?|paramètres?|"
     r"parámetros?)|(?P<function>func(?:tion)?s?|fonctions?|funci(?:ón|ones))|(?P<method>methods?|méthodes?|"
     r"métodos?)|(?P<variable>variables?|vars?)|(?P<attribute>attributes?|propert(?:y|ies)|attributs?|atributos?)|"
     r"(?P<klass>class(?:es)?|clases?)|(?P<constant>constants?|constantes?)|(?P<file>files?|fichiers?|archivos?)|"
@@ -2693,42 +2693,54 @@ def rules_in_order(rules):
 
 
 def stale_rules(rules):
-    """[(facets of a replaced rule, the current rule that took its place)]: what mark_replaced
-    looks for. A chain (x_ -> m_ -> vr_) ends at the current rule."""
+    """What mark_replaced looks for: [(facets, the current rule)]. A current rule whose aspect
+    holds one value makes any older statement of another value on its objects stale, whether
+    or not that statement was stored as a rule; a replaced rule of another aspect ("never"
+    after "always") is looked for by its values, and a chain of them ends at the current rule."""
     by_text = {r["text"]: r for r in rules}
     out = []
     for r in rules:
+        f = rule_facets(r["text"])
+        if not r.get("replaced_by"):
+            if f["exclusive"] and f["values"] and f["objects"]:
+                out.append((f, r))
+            continue
         now, seen = r, set()
         while now.get("replaced_by") in by_text and now["text"] not in seen:
             seen.add(now["text"])
             now = by_text[now["replaced_by"]]
-        if now is not r and not now.get("replaced_by"):
-            out.append((rule_facets(r["text"]), now))
+        if not f["exclusive"] and f["values"] and not now.get("replaced_by"):
+            out.append((f, now))
     return out
 
 
-def mark_replaced(text, stale, lang):
-    """`text` with each sentence that states a replaced rule led by "[replaced on <date> by:
-    <the current rule>]": a recalled message never passes an old instruction off as current.
-    The mark opens the sentence, so a cut at the end of the line cannot keep one without the
-    other. `stale`: see stale_rules."""
-    low = text.casefold()
-    wanted = [(f, cur) for f, cur in stale if any(v in low for v in f["values"])]
-    if not wanted:
+def _outdated_by(said, stale, ts):
+    """The current rule that a sentence's facets `said`, stated at `ts`, contradicts, or None."""
+    for f, cur in stale:
+        if said["aspect"] != f["aspect"] or not said["values"] or (ts or 0) >= ts_of(cur, "created_at"):
+            continue
+        if f is rule_facets(cur["text"]):  # a current rule: another value on one of its objects
+            if said["objects"] & f["objects"] and not said["values"] & f["values"]:
+                return cur
+        elif said["values"] & f["values"] and not said["values"] & rule_facets(cur["text"])["values"] and (
+                not said["objects"] or not f["objects"] or said["objects"] & f["objects"]):
+            return cur
+    return None
+
+
+def mark_replaced(text, stale, lang, ts=None):
+    """`text` (stated at `ts`) with each sentence that states an instruction a newer rule has
+    replaced led by "[replaced on <date> by: <the current rule>]": a recalled message never
+    passes an old instruction off as current. The mark opens the sentence, so a cut at the end
+    of the line cannot keep one without the other. `stale`: see stale_rules."""
+    if not stale or not _RULE_ASPECT_RE.search(text):
         return text
     parts = _SENTENCE_END_RE.split(text)
     for i, part in enumerate(parts):
-        said = None
-        for old, cur in wanted:
-            if any(v in part.casefold() for v in old["values"]):
-                said = said or rule_facets(part)
-                cur_values = rule_facets(cur["text"])["values"]
-                if (said["aspect"] == old["aspect"] and said["values"] & old["values"]
-                        and not said["values"] & cur_values
-                        and (not said["objects"] or not old["objects"] or said["objects"] & old["objects"])):
-                    parts[i] = tr("rule_replaced", lang, date=format_date(ts_of(cur, "created_at"), lang),
-                                  text=cur["text"].rstrip(".!;")) + " " + part
-                    break
+        cur = _outdated_by(rule_facets(part), stale, ts) if _RULE_VALUE_RE.search(part) else None
+        if cur is not None:
+            parts[i] = tr("rule_replaced", lang, date=format_date(ts_of(cur, "created_at"), lang),
+                          text=cur["text"].rstrip(".!;")) + " " + part
     return " ".join(parts)
 
 
@@ -4527,7 +4539,7 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     # Each item is indented under its thread's header, which costs space once.
     items = pack_items(candidates, max(0, budget - fixed), indent=4, group_cost=lambda g: len(header(g)) + 1,
                        render=lambda h: item_line(msgs[h["message_id"]], lang,
-                                                  focus(mark_replaced(h["text"], stale, lang), qterms)))
+                                                  focus(mark_replaced(h["text"], stale, lang, ts_of(h, "timestamp")), qterms)))
     by_thread = {}
     for item in items:
         by_thread.setdefault(item["thread_id"], []).append(item)

@@ -196,6 +196,18 @@ def test_a_recalled_sentence_stating_a_replaced_rule_is_marked_with_the_current_
     assert ai.mark_replaced("Method names start with 'x_'.", ai.stale_rules(rules), "en") == "Method names start with 'x_'."
 
 
+def test_an_older_statement_of_another_value_is_marked_even_if_it_never_was_a_rule():
+    rules = rules_of("Always end function argument names with '_e'")  # stated at 1000
+    stale = ai.stale_rules(rules)
+    said = "Got it. I'll end function argument names with '_f' from now on."
+    assert ai.mark_replaced(said, stale, "en", ts=500.0) == (
+        "Got it. [replaced on " + ai.format_date(1000.0) + " by: Always end function argument names with '_e'] "
+        "I'll end function argument names with '_f' from now on.")
+    assert ai.mark_replaced(said, stale, "en", ts=5000.0) == said  # said after the rule: not an old version
+    assert ai.mark_replaced("I'll end variable names with '_f'.", stale, "en", ts=500.0) == \
+        "I'll end variable names with '_f'."
+
+
 def test_a_chain_of_replacements_points_at_the_current_rule():
     rules = rules_of("Always start variable names with 'x_'", "Always start variable names with 'm_'",
                      "Always start variable names with 'vr_'")
