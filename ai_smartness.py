@@ -2349,8 +2349,8 @@ _RULE_VERB = (
 _RULE_IMPERATIVE_RE = LazyRe(r"^(?:please\s+|por favor,?\s+|merci de\s+)?(?:(?:don'?t|do not|never|no|ne)\s+)?"
                              + _RULE_VERB, re.I)
 # The plainest rule: "always" / "never" / "don't" opening the sentence, before a verb.
-_RULE_PLAIN_RE = LazyRe(r"^(?:please\s+)?(?:(?:always|never|don'?t|do not)\s+" + _RULE_VERB + r"(?!\s+(?:that|by)\b)"
-                        + r"|(?:toujours|jamais|ne jamais|siempre|nunca)\b)", re.I)
+_RULE_PLAIN_RE = LazyRe(r"^(?:please\s+)?(?P<en>always|never|don'?t|do not)\s+(?!\w+\s+(?:that|by)\b)|"
+                        r"^(?:toujours|jamais|ne jamais|siempre|nunca)\b", re.I)
 # A direction to act ("run the linter before every commit") rather than to be ("make sure
 # your code is clean"): a verb first, and no quality to aim at.
 _RULE_ACT_RE = LazyRe(r"^(?:(?:make sure|be sure|remember|don'?t forget|do not forget) to\s+|"
@@ -2472,6 +2472,12 @@ def compact_rule(text):
     return re.sub(r"\b(all )?your\s+(?=\w)", lambda g: g.group(1) or "", text, flags=re.I)
 
 
+def _plain_rule(core):
+    """Whether a sentence is a rule said the plainest way (see _RULE_PLAIN_RE)."""
+    m = _RULE_PLAIN_RE.match(core)
+    return bool(m) and (not m.group("en") or bool(_RULE_IMPERATIVE_RE.match(core[m.end():])))
+
+
 def _rule_sentence(piece):
     """The rule a sentence states, compacted (openers and "from now on" dropped), or None."""
     piece = piece.strip()
@@ -2484,12 +2490,14 @@ def _rule_sentence(piece):
     body = _RULE_VOCATIVE_RE.sub("", body)
     body = _RULE_LEAD_RE.sub("", body)
     core = _RULE_CLAUSE_RE.sub("", body)
+    # The small patterns first: most prompts hold no rule, and a hook process compiles only
+    # what it uses.
+    standing = _RULE_STANDING_RE.search(body)
+    if not standing and not (_RULE_GENERAL_RE.search(body) and (_RULE_VALUE_RE.search(body) or _RULE_ASPECT_RE.search(body))):
+        return None
     always = [m for m in _RULE_ALWAYS_RE.finditer(body) if not m.group(1)]
     directed = always or _RULE_IMPERATIVE_RE.match(core) or _RULE_CUE_RE.search(body)
     if not directed or not _RULE_OBJECT_RE.search(body):
-        return None
-    standing = _RULE_STANDING_RE.search(body)
-    if not standing and not (_RULE_GENERAL_RE.search(body) and (_RULE_VALUE_RE.search(body) or _RULE_ASPECT_RE.search(body))):
         return None
     if _RULE_VALUE_RE.search(body):
         return compact_rule(body)
@@ -2497,7 +2505,7 @@ def _rule_sentence(piece):
         return None
     # Without a value, a rule names what it is about ("docstrings", "type hints") or is said
     # the plainest way ("never push to main"): "make sure your code is clean" is advice.
-    if _RULE_PLAIN_RE.match(core) or (_RULE_ASPECT_RE.search(body) and not _RULE_POINTER_RE.search(body)):
+    if _plain_rule(core) or (_RULE_ASPECT_RE.search(body) and not _RULE_POINTER_RE.search(body)):
         return compact_rule(body)
     if _RULE_ACT_RE.match(core) and not _RULE_VAGUE_RE.search(body) and not _RULE_EMPTY_RE.search(body):
         return compact_rule(body)
@@ -2517,7 +2525,7 @@ def split_rule(rule):
     out = [parts[0]]
     for part in parts[1:]:
         core = _RULE_CLAUSE_RE.sub("", part)
-        verb = _RULE_IMPERATIVE_RE.match(core) or _RULE_PLAIN_RE.match(core) or re.match(r"\w+ing\b", core)
+        verb = _RULE_IMPERATIVE_RE.match(core) or _plain_rule(core) or re.match(r"\w+ing\b", core)
         out.append(part if verb or not head else parts[0][:head.start()] + part)
     return out
 
