@@ -2556,7 +2556,7 @@ def detect_rules(text):
         rule = _rule_sentence(piece)
         for part in split_rule(rule) if rule else ():
             part = _RULE_TRIM_END_RE.sub("", part).strip()
-            named = [m for m in _RULE_KIND_RE.finditer(before)]
+            named = list(_RULE_KIND_RE.finditer(before))
             if named and not _RULE_KIND_RE.search(part) and _RULE_PRONOUN_RE.search(part):
                 # "Always start them with 'x_'": what "them" names stays with the rule.
                 part = before[named[-1].start():named[-1].end()] + ": " + part
@@ -2654,7 +2654,7 @@ def rule_relation(new, old):
     if _same_subject(new, old):
         if new["negative"] != old["negative"] or (new["exclusive"] and new["values"] and new["values"] != old["values"]):
             return "replaces"
-        return "restates"
+        return "restates" if new["objects"] == old["objects"] else None  # on more objects, it adds
     if not new["aspect"] and not old["aspect"] and new["terms"] == old["terms"]:
         return "restates"
     return None
