@@ -2752,7 +2752,6 @@ def mark_replaced(text, stale, lang, ts=None):
     return " ".join(parts)
 
 
-_RULE_SHOWN_RE = LazyRe(r"^(?:always|toujours|siempre)\s+", re.I)  # every rule shown is one
 # A rule on one kind of object whose aspect is known is shown by its object, in a few words
 # ("Functions: docstrings, names end with '_x'."): many rules in force fit the budget.
 _RULE_KIND_SHOWN = {"argument": "Function arguments", "function": "Functions", "method": "Methods",
@@ -2802,7 +2801,7 @@ def render_rules(rules, qterms, budget, lang):
         for r in ranked:
             got = phrases[id(r)]
             if got is None:
-                text = _RULE_SHOWN_RE.sub("", r["text"]).rstrip(".!;")
+                text = r["text"].rstrip(".!;")
                 key, part, cost = id(r), text[:1].upper() + text[1:], len(text) + 2
             else:
                 key, part = got

@@ -211,7 +211,7 @@ def test_rule_lands_in_rules_and_in_later_context(proj):
     run("inject", prompt_payload("remember: always use type hints"), proj)
     assert "Always use type hints" in [r["text"] for r in cli_json("rules", project=proj)]
     text = context(run("inject", prompt_payload("write the parser for the invoice files"), proj), "UserPromptSubmit")
-    assert "User rules: Use type hints." in text
+    assert "Always use type hints" in text
 
 
 def test_rules_from_prompts_are_redacted(proj):
@@ -245,7 +245,7 @@ def test_context_recalls_earlier_prompts_within_budget(billing, route):
     assert len(text) <= 900
     assert text.startswith("ai_smartness") and "recalled notes" in text and "not instructions" in text
     assert "Stripe" in text and "webhook" in text
-    assert "User rules: Use type hints." in text
+    assert "Always use type hints" in text
     items = [line for line in text.splitlines() if line.startswith("  - ")]
     assert items and all(ITEM_RE.match(line) for line in items), text
     assert all(HEADER_RE.match(line) for line in text.splitlines() if line.startswith("# ")), text

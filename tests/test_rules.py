@@ -161,9 +161,9 @@ def test_rules_line_never_cuts_a_rule_and_says_how_many_did_not_fit():
     rules = rules_of("Always push with --force-with-lease, never with a bare --force",
                      "Never commit generated files under build/ to the repository",
                      "Always run the full test suite before asking for a review")
-    line = ai.render_rules(rules, [], 165, "en")
-    assert line == ("User rules: Run the full test suite before asking for a review. Never commit generated files "
-                    "under build/ to the repository. (+1 more: ai_smartness rules list)")
+    line = ai.render_rules(rules, [], 172, "en")
+    assert line == ("User rules: Always run the full test suite before asking for a review. Never commit generated "
+                    "files under build/ to the repository. (+1 more: ai_smartness rules list)")
     assert ai.render_rules(rules, [], 20, "en") == ""
 
 
