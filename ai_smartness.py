@@ -2447,7 +2447,7 @@ _RULE_REASON_RE = LazyRe(r"(?:,\s*(?:so|as|because|since|which|this|that way)\b|
                          r"e\.g\.)\b).*$", re.I)
 _RULE_GERUNDS = {"using": "use", "adding": "add", "including": "include", "importing": "import", "writing": "write",
                  "naming": "name", "ending": "end", "starting": "start", "annotating": "annotate"}
-_RULE_TRIM_END_RE = LazyRe(r"(?:[\s,]+(?:from now on|going forward|moving forward|from here on|henceforth))?[\s.!;]*$",
+_RULE_TRIM_END_RE = LazyRe(r"(?:[\s,]+(?:from now on|going forward|moving forward|from here on|henceforth|instead))?[\s.!;]*$",
                            re.I)
 
 
@@ -2486,7 +2486,7 @@ def _rule_sentence(piece):
     labelled = _RULE_RE.match(piece)
     if labelled:
         return labelled.group("a").strip()
-    body = _RULE_LEAD_RE.sub("", piece)
+    body = _RULE_LEAD_RE.sub("", re.sub(r"^(?:[\w'-]+\s+){0,3}[\w'-]+\s*:\s+", "", piece))  # "Quick update: …"
     body = _RULE_VOCATIVE_RE.sub("", body)
     body = _RULE_LEAD_RE.sub("", body)
     core = _RULE_CLAUSE_RE.sub("", body)

@@ -30,6 +30,7 @@ DAY = 86400.0
     ("I want to emphasize the importance of including assert statements in your functions.",
      "Include assert statements in functions"),
     ("Never push to main directly!", "Never push to main directly"),
+    ("Quick update: going forward, start variable names with 'vr_' instead.", "Start variable names with 'vr_'"),
     ("Include a single digit in your method names from now on.", "Include a single digit in method names"),
     ("À partir de maintenant, utilise le préfixe 'x_' pour les noms de variables.",
      "Utilise le préfixe 'x_' pour les noms de variables"),
