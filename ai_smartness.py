@@ -339,6 +339,11 @@ BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHA
 # always kept (its first sentences up to this length).
 BRIEF_WHERE_CHARS, CONCLUSION_HEAD_CHARS = 260, 40
 
+# ---- user rules ----
+# The longest sentence kept as a rule (longer is prose), the share of the inject budget the
+# rules line may take (only as much as the rules need), rule texts whose facets are memoized.
+RULE_MAX_CHARS, RULES_SHARE, RULE_FACETS_MEMO = 300, 0.6, 4096
+
 # ==== 2. Errors, helpers, i18n ====
 
 
@@ -2413,54 +2418,518 @@ def bridges_to_prune(bridges, live_ids, cfg, now):
     return drop
 
 
+# A user rule is a sentence of a prompt that directs ("use…", "I want you to…", "make sure…",
+# "always add…"), holds beyond this turn ("from now on", "always", "all function names",
+# "when naming…") and names something concrete to act on (a quoted value, an identifier, a code
+# word): "fix the login bug" is a task, "always happy to help" small talk. The labelled form
+# ("remember: …", "rule: …") is a rule as typed.
 _RULE_RE = LazyRe(
-    r"^\s*(?:(?:remember|rule|rappelle[- ]toi|souviens[- ]toi|r[èe]gle|recuerda|regla)\s*[:：]\s*(?P<a>.+)"
-    r"|(?P<b>(?:always|never|toujours|jamais|siempre|nunca)\b(?! mind\b).+))", re.I)
+    r"^\s*(?:remember|rule|rappelle[- ]toi|souviens[- ]toi|r[èe]gle|recuerda|regla)\s*[:：]\s*(?P<a>.+)", re.I)
+# Openers dropped before a sentence's first word is read: discourse words, then a vocative.
+_RULE_LEAD_RE = LazyRe(
+    r"^(?:(?:and|also|so|now|ok(?:ay)?|well|but|then|plus|next|first(?:ly)?|second(?:ly)?|third(?:ly)?|"
+    r"last(?:ly)?|finally|additionally|moreover|furthermore|besides|similarly|likewise|oh|right|alright|"
+    r"by the way|btw|one (?:more|last|other|final) thing|another thing|"
+    r"et|aussi|alors|donc|enfin|ensuite|de plus|également|y|también|además|entonces|pues|luego|otra cosa)"
+    r"\b[\s,:;-]*)+", re.I)
+_RULE_VOCATIVE_RE = LazyRe(r"^[A-ZÀ-Ý][\w'-]{1,20},\s+")
+# A leading condition ("when naming methods, …", "for all functions, …") before the verb.
+_RULE_CLAUSE_RE = LazyRe(
+    r"^(?:(?:from now on|going forward|moving forward|from here on|henceforth|à partir de maintenant|dorénavant|"
+    r"désormais|a partir de ahora|de ahora en adelante)\s*,?\s*)?(?:(?:when(?:ever)?|if|for|in|on|before|after|"
+    r"while|regarding|as for|quand|lorsque|si|pour|dans|avant|après|cuando|para|en|antes|después)\b[^,]{1,80},\s*)?",
+    re.I)
+# Verbs of coding work, as an imperative or after "always" / "never" (fr / es: imperative,
+# infinitive).
+_RULE_VERB = (
+    r"(?:use|add|start|begin|end|finish|include|import|name|write|run|call|keep|put|prefix|suffix|append|"
+    r"prepend|annotate|document|comment|test|check|validate|verify|commit|push|merge|rebase|squash|format|"
+    r"lint|indent|wrap|return|raise|throw|log|print|handle|catch|follow|prefer|avoid|remove|delete|drop|"
+    r"create|make|set|define|declare|capitali[sz]e|type|apply|decorate|place|mark|update|pin|install|"
+    r"upgrade|store|save|read|review|ask|explain|reply|answer|respond|mention|cite|link|sign|tag|label|sort|"
+    r"stick|leave|stop|do|rename|refactor|split|limit|close|encode|escape|quote|sanitize|hash|encrypt|"
+    r"deploy|build|bump|modify|edit|change|hardcode|expose|cache|mock|skip|ignore|disable|enable|remember|"
+    r"open|stage|specify|assert|give|treat|default|exclude|convert|describe|"
+    r"utilise[rz]?|ajoute[rz]?|commence[rz]?|termine[rz]?|mets|mettez|mettre|écri(?:s|re|vez)|lance[rz]?|"
+    r"nomme[rz]?|évite[rz]?|garde[rz]?|importe[rz]?|documente[rz]?|teste[rz]?|préfixe[rz]?|inclu(?:s|re|ez)|"
+    r"vérifie[rz]?|fai(?:s|re|tes)|pousse[rz]?|supprime[rz]?|crée[rz]?|renomme[rz]?|commente[rz]?|"
+    r"annote[rz]?|respecte[rz]?|sui(?:s|vre|vez)|exécute[rz]?|place[rz]?|préfère[rz]?|"
+    r"usa[r]?|utiliza[r]?|agrega[r]?|añad(?:e|ir)|empieza|empezar|comienza|comenzar|termina[r]?|pon|poner|"
+    r"escrib(?:e|ir)|evita[r]?|importa[r]?|nombra[r]?|inclu(?:ye|ir)|documenta[r]?|prueba|probar|revisa[r]?|"
+    r"ejecuta[r]?|borra[r]?|elimina[r]?|crea[r]?|sigue|seguir|comenta[r]?|haz|hacer|mantén|mantener|"
+    r"verifica[r]?|llama[r]?)\b")
+_RULE_IMPERATIVE_RE = LazyRe(r"^(?:please\s+|por favor,?\s+|merci de\s+)?(?:(?:don'?t|do not|never|no|ne)\s+)?"
+                             + _RULE_VERB, re.I)
+# The plainest rule: "always" / "never" / "don't" opening the sentence, before a verb.
+_RULE_PLAIN_RE = LazyRe(r"^(?:please\s+)?(?P<en>always|never|don'?t|do not)\s+(?!\w+\s+(?:that|by)\b)|"
+                        r"^(?:toujours|jamais|ne jamais|siempre|nunca)\b", re.I)
+# A direction to act ("run the linter before every commit") rather than to be ("make sure
+# your code is clean"): a verb first, and no quality to aim at.
+_RULE_ACT_RE = LazyRe(r"^(?:(?:make sure|be sure|remember|don'?t forget|do not forget) to\s+|"
+                      r"(?:i|we)(?:'d| would)? (?:like|want|need) you to\s+|please\s+|"
+                      r"(?:n'oublie[sz]? pas|assure[sz]?[- ](?:toi|vous)|merci|asegúrate|asegúrese) de\s+|no olvides(?: de)?\s+|"
+                      r"(?:veille[sz]?|pense[sz]?) à\s+|recuerda\s+)?(?:toujours\s+|jamais\s+|siempre\s+|nunca\s+)?"
+                      + _RULE_VERB
+                      + r"(?!\s+(?:that|by)\b)", re.I)
+# Words that point at a rule without stating it: "start following a specific naming
+# convention", "update your approach", "remember my update".
+_RULE_EMPTY_RE = LazyRe(r"\b(?:(?:a|an|some)\s+(?:specific|particular|certain|new|different|few)|this|that|these|those|"
+                        r"it|conventions?|approach|update|change|insights?|ideas?|thinking|afraid|ce|cette|esto|esta)\b",
+                        re.I)
+_RULE_POINTER_RE = LazyRe(r"\b(?:(?:a|an|some|two|three)\s+(?:specific|particular|certain|new|different)|the|this|that|"
+                          r"these|those)\s+(?:decorators?|modules?|conventions?|practices?|rules?|approach|ones?|prefix|suffix)\b",
+                          re.I)
+_RULE_VAGUE_RE = LazyRe(
+    r"\b(?:clear\w*|clean\w*|concise|consisten\w*|readab\w*|maintainab\w*|meaningful|descriptive|understand\w*|"
+    r"efficien\w*|quality|best|attention|focus\w*|well|proper\w*|thorough\w*|careful\w*|robust|secure|safe|good|"
+    r"great|high|important|aware|mind|comfortable|familiar\w*|standards?|guidelines?|style|feel|learning|"
+    r"propre|lisible|claro|limpio|legible)\b", re.I)
+# "always" / "never" before a verb (fr / es: any infinitive, "jamais de…"), not after a subject:
+# "I always forget" tells a habit.
+_RULE_ALWAYS_RE = LazyRe(r"(?<![\w'])(?:(i|we|they|he|she|it|people|everyone|je|nous|on|yo|nosotros)\s+)?"
+                         r"(?:(?:always|never)\s+(?:\w+ly\s+)?" + _RULE_VERB + r"|(?:toujours|jamais|siempre|nunca)\s+"
+                         r"(?:de\b|d'|" + _RULE_VERB + r"|\w+(?:er|ir|re|ar)\b))", re.I)
+_RULE_CUE_RE = LazyRe(
+    r"\b(?:make sure|be sure to|ensure|remember to|don'?t forget to|do not forget to|"
+    r"(?:i|we)(?:'d| would)? (?:like|want|need|expect) (?:you|all of you|everyone) to (?!know\b|understand\b|feel\b|"
+    r"realise\b|realize\b|think\b|see\b|learn\b|be aware\b|have\b|meet\b|enjoy\b)|i(?:'d| would)? prefer (?:that )?you|"
+    r"you (?:should|must|need to|have to|ought to|will need to|'ll need to)|"
+    r"it(?:'s| is) (?:important|essential|crucial|vital|key|mandatory|required|best practice) (?:to|that you)|"
+    r"please|let'?s|we(?:'ll| will| should| must| need to)|get into the habit|make it a habit|stick (?:to|with)|"
+    r"should|must|keep in mind|emphasi[sz]e|stress|highlight|"
+    r"(?:conventions?|rules?|practices?|standards?|guidelines?|polic(?:y|ies))\b[^.]{0,40}?\bis to|"
+    r"(?:the|our|my|a) (?:rule|convention|standard|guideline|policy|practice) (?:here |at \w+ )?is|"
+    r"assure[sz]?[- ](?:toi|vous)|veille[sz]? à|n'oublie[sz]? pas|je (?:veux|voudrais|souhaite|préfère) que|"
+    r"j'aimerais que|il faut|tu dois|vous devez|merci de|pense[sz]? à|"
+    r"asegúrate|asegúrese|no olvides|no olvide|recuerda|quiero que|me gustaría que|necesito que|debes|"
+    r"tienes que|hay que|por favor)\b", re.I)
+# What makes a direction standing rather than this turn's task.
+_RULE_STANDING_RE = LazyRe(
+    r"\b(?:from now on|going forward|moving forward|from here on|henceforth|in (?:the )?future|always|never|"
+    r"every ?time|each time|whenever|at all times|by default|as a (?:rule|convention|habit)|habit|"
+    r"(?:all|every|each|any)\b(?:\s+(?:of|your|the|our|my|new|future))*\s+\w+|"
+    r"when(?:ever)?\s+(?:you(?:'re| are)?\s+)?\w+ing\b|"
+    r"à partir de maintenant|dorénavant|désormais|à l'avenir|toujours|jamais|chaque fois|à chaque|"
+    r"systématiquement|par défaut|tou(?:s|tes) (?:les|nos|tes|vos)|chaque|cada|"
+    r"a partir de ahora|de ahora en adelante|en adelante|desde ahora|siempre|nunca|cada vez|por defecto|"
+    r"tod(?:os|as) (?:los|las|tus|nuestros|nuestras))\b", re.I)
+# Weaker signs a direction is standing, enough for a rule that names a value or an aspect: a
+# convention, a practice begun, names or kinds of code objects in general ("in method names").
+_RULE_GENERAL_RE = LazyRe(
+    r"\b(?:conventions?|practices?|standards?|guidelines?|(?:start|begin) \w+ing|the use of|names|"
+    r"(?:your|our)\s+(?:\w+\s+)?\w+s|(?:in|to|for|on|of|with)\s+(?!the\b|this\b|that\b|these\b|those\b|its\b|my\b)"
+    r"(?:\w+\s+)?(?:functions|methods|classes|variables|attributes|arguments|parameters|tests|commits|files))\b", re.I)
+# Something concrete the rule acts on: a quoted value, an identifier, a path, a code word.
+_RULE_OBJECT_RE = LazyRe(
+    r"(?<!\w)'[^'\n]{1,40}'(?!\w)|\"[^\"\n]{1,40}\"|`[^`\n]+`|@\w+|\b\w+_\w*|\b_\w+|\b\w+\.[a-z]{1,5}\b|\w/\w|"
+    r"\b(?:code|codebase|tests?|testing|commits?|push(?:es|ing)?|merg\w+|branch(?:es)?|"
+    r"pull requests?|prs?|lint\w*|format\w*|files?|folders?|director(?:y|ies)|functions?|methods?|"
+    r"class(?:es)?|variables?|constants?|attributes?|propert(?:y|ies)|arguments?|args?|parameters?|params?|"
+    r"names?|naming|identifiers?|imports?|modules?|librar(?:y|ies)|packages?|dependenc(?:y|ies)|"
+    r"type ?hints?|types?|annotations?|docstrings?|comments?|documentation|docs|readme|changelog|apis?|"
+    r"endpoints?|database|db|migrations?|tables?|schemas?|quer(?:y|ies)|sql|logs?|logging|print|errors?|"
+    r"exceptions?|try|except|asserts?|assertions?|decorators?|deploy\w*|builds?|ci|pipelines?|scripts?|"
+    r"config\w*|secrets?|keys?|passwords?|tokens?|credentials|tabs|spaces|indentation|strings?|quotes|"
+    r"camel ?case|pascal ?case|snake ?case|upper ?case|lower ?case|prefix\w*|suffix\w*|diffs?|reviews?|"
+    r"git|docker|python|javascript|typescript|shell|bash|npm|pip|pytest|versions?|tags?|releases?|"
+    r"fonctions?|méthodes?|fichiers?|dossiers?|dépôt|dépendances?|commentaires?|bibliothèques?|erreurs?|"
+    r"clés?|tabulations?|espaces|noms?|código|pruebas?|funci(?:ón|ones)|métodos?|clases?|archivos?|"
+    r"carpetas?|repositorio|dependencias?|ramas?|documentación|comentarios?|migraci(?:ón|ones)|nombres?|"
+    r"módulos?|bibliotecas?|librerías?|errores?|excepciones?|claves?|secretos?|globales|espacios|anotaciones)\b",
+    re.I)
+_RULE_PLEASANTRY_RE = LazyRe(
+    r"\b(?:happy|glad|pleasure|welcome|thanks?|thank you|grateful|appreciate|feel free|hesitate|reach out|"
+    r"let me know|good luck|congrat\w*|great job|well done|nice work|take care|enjoy|excited|proud|hope|"
+    r"merci pour|ravi|content|bonne chance|gracias|encantad[oa]|feliz|suerte)\b", re.I)
+# Wrappers a stored rule does without (it is standing and directed by being a rule), peeled
+# off its start one after the other: "from now on, I want you to make sure to use…" -> "use…".
+_RULE_WRAPPER_RE = LazyRe(
+    r"^(?:(?:from now on|going forward|moving forward|from here on|henceforth|in the future|à partir de maintenant|"
+    r"dorénavant|désormais|à l'avenir|a partir de ahora|de ahora en adelante|en adelante|desde ahora)\s*,?\s*|"
+    r"(?:i|we)(?:'d| would)? (?:like|want|need|expect) (?:you )?to\s+|please\s+|"
+    r"(?:remember|make sure|be sure|don'?t forget|do not forget) to\s+|"
+    r"(?:make sure|ensure)(?: that)?(?: you(?:'re| are)?)?\s+|(?:(?:i|we)(?: also)?(?: want to| would like to|'d like to)? )?"
+    r"(?:emphasi[sz]e|stress|reinforce|highlight)\s+(?:the importance of|that)?\s*|"
+    r"(?:get into|make it) (?:the|a) habit (?:of|to)\s+|[a-z]+ly\s+(?=\w+ing\b)|"
+    r"it(?:'s| is) (?:important|essential|crucial) (?:to|that you)\s+|"
+    r"one of (?:our|the|my) (?:\w+ )?(?:conventions|rules|practices|standards) (?:\w+ )?is to\s+|"
+    r"(?:when it comes to|regarding|as for|in terms of|speaking of|here at|at)\b[^,]{1,60},\s*)", re.I)
+# What follows a rule to justify it: ", so that…", " to indicate…", " as in 'x_count'".
+_RULE_REASON_RE = LazyRe(r"(?:,\s*(?:so|as|because|since|which|this|that way)\b|\s+(?:as in|to indicate|for example|"
+                         r"e\.g\.)\b).*$", re.I)
+_RULE_GERUNDS = {"using": "use", "adding": "add", "including": "include", "importing": "import", "writing": "write",
+                 "naming": "name", "ending": "end", "starting": "start", "annotating": "annotate"}
+_RULE_TRIM_END_RE = LazyRe(r"(?:[\s,]+(?:from now on|going forward|moving forward|from here on|henceforth|instead))?[\s.!;]*$",
+                           re.I)
+
+
+def compact_rule(text):
+    """A rule as stored: the directive itself, without its wrappers, its justification or
+    "your" ("Also, I want you to make sure to start your variable names with 'x_', so we know"
+    -> "start variable names with 'x_'"). A topic clause goes only when it names no object."""
+    clause = _RULE_CLAUSE_RE.match(text)
+    keep = clause.group() if clause and (_RULE_KIND_RE.search(clause.group()) or _RULE_VALUE_RE.search(clause.group())) else ""
+    text = text[len(keep):]
+    while True:
+        m = _RULE_WRAPPER_RE.match(text)
+        if not m or not m.group() or (_RULE_KIND_RE.search(m.group()) or _RULE_VALUE_RE.search(m.group())):
+            break
+        text = text[m.end():]
+    text = re.sub(r"^the (?:consistent )?use of\b", "use", text, flags=re.I)
+    text = keep + re.sub(r"^(?:(?:start|begin) )?(\w+ing)\b", lambda g: _RULE_GERUNDS.get(g.group(1).lower(), g.group()),
+                         text, flags=re.I)
+    cut = _RULE_REASON_RE.search(text)
+    if cut and cut.start() > 20 and (_RULE_VALUE_RE.search(text[:cut.start()]) or _RULE_KIND_RE.search(text[:cut.start()])):
+        text = text[:cut.start()]
+    return re.sub(r"\b(all )?your\s+(?=\w)", lambda g: g.group(1) or "", text, flags=re.I)
+
+
+def _plain_rule(core):
+    """Whether a sentence is a rule said the plainest way (see _RULE_PLAIN_RE)."""
+    m = _RULE_PLAIN_RE.match(core)
+    return bool(m) and (not m.group("en") or bool(_RULE_IMPERATIVE_RE.match(core[m.end():])))
+
+
+def _rule_sentence(piece):
+    """The rule a sentence states, compacted (openers and "from now on" dropped), or None."""
+    piece = piece.strip()
+    if not 8 <= len(piece) <= RULE_MAX_CHARS * 2 or piece.endswith("?"):
+        return None
+    labelled = _RULE_RE.match(piece)
+    if labelled:
+        return labelled.group("a").strip()
+    body = _RULE_LEAD_RE.sub("", re.sub(r"^(?:[\w'-]+\s+){0,3}[\w'-]+\s*:\s+", "", piece))  # "Quick update: …"
+    body = _RULE_VOCATIVE_RE.sub("", body)
+    body = _RULE_LEAD_RE.sub("", body)
+    core = _RULE_CLAUSE_RE.sub("", body)
+    # The small patterns first: most prompts hold no rule, and a hook process compiles only
+    # what it uses.
+    standing = _RULE_STANDING_RE.search(body)
+    if not standing and not (_RULE_GENERAL_RE.search(body) and (_RULE_VALUE_RE.search(body) or _RULE_ASPECT_RE.search(body))):
+        return None
+    always = [m for m in _RULE_ALWAYS_RE.finditer(body) if not m.group(1)]
+    directed = always or _RULE_IMPERATIVE_RE.match(core) or _RULE_CUE_RE.search(body)
+    if not directed or not _RULE_OBJECT_RE.search(body):
+        return None
+    if _RULE_VALUE_RE.search(body):
+        return compact_rule(body)
+    if _RULE_PLEASANTRY_RE.search(body):
+        return None
+    # Without a value, a rule names what it is about ("docstrings", "type hints") or is said
+    # the plainest way ("never push to main"): "make sure your code is clean" is advice.
+    if _plain_rule(core) or (_RULE_ASPECT_RE.search(body) and not _RULE_POINTER_RE.search(body)):
+        return compact_rule(body)
+    if _RULE_ACT_RE.match(core) and not _RULE_VAGUE_RE.search(body) and not _RULE_EMPTY_RE.search(body):
+        return compact_rule(body)
+    return None
+
+
+def split_rule(rule):
+    """A rule that coordinates several ("start method names with 'x_' and function names with
+    'y_'") as one rule each, so that each can be replaced alone; a part without its own verb
+    borrows the first part's ("Always start "). Split only when every part names a value or an
+    aspect."""
+    parts = [p for p in re.split(r"\s*(?:,\s*|\s+)and\s+|\s*;\s*", rule) if p]
+    if len(parts) < 2 or not all(len(_RULE_VALUE_RE.findall(p)) <= 1 and (_RULE_VALUE_RE.search(p) or _RULE_ASPECT_RE.search(p))
+                                 for p in parts):
+        return [rule]
+    head = _RULE_KIND_RE.search(parts[0])
+    out = [parts[0]]
+    for part in parts[1:]:
+        core = _RULE_CLAUSE_RE.sub("", part)
+        verb = _RULE_IMPERATIVE_RE.match(core) or _plain_rule(core) or re.match(r"\w+ing\b", core)
+        out.append(part if verb or not head else parts[0][:head.start()] + part)
+    return out
 
 
 def detect_rules(text):
-    """User rules stated at the start of a line or sentence, in en / fr / es.
+    """The user rules a prompt states, one per sentence, in en / fr / es.
 
     >>> detect_rules("remember: run the linter before committing")
     ['Run the linter before committing']
     >>> detect_rules("Please fix it. Always run the linter before committing!")
     ['Always run the linter before committing']
+    >>> detect_rules("Also, from now on I want you to start variable names with 'x_'.")
+    ["Start variable names with 'x_'"]
     >>> detect_rules("règle : pas de dépendances"), detect_rules("jamais de secrets dans le dépôt")
     (['Pas de dépendances'], ['Jamais de secrets dans le dépôt'])
     >>> detect_rules("recuerda: usar pytest"), detect_rules("nunca borrar migraciones")
     (['Usar pytest'], ['Nunca borrar migraciones'])
 
-    Not rules: "never mind", mid-sentence words, questions.
+    Not rules: tasks, small talk, habits, questions.
 
+    >>> detect_rules("Fix the login bug."), detect_rules("Always happy to help with the code!")
+    ([], [])
     >>> detect_rules("never mind, I always forget"), detect_rules("Always use tabs?")
     ([], [])
     """
-    found = []
+    found, before = [], ""
     for piece in re.split(r"\n+|(?<=[.!?])\s+", text or ""):
-        match = _RULE_RE.match(piece)
-        if match and not piece.rstrip().endswith("?"):  # "Always use tabs?" asks, it does not rule
-            rule = (match.group("a") or match.group("b")).strip().rstrip(".!;")
-            if 3 <= len(rule) <= 300:
-                found.append(rule[0].upper() + rule[1:])
+        rule = _rule_sentence(piece)
+        for part in split_rule(rule) if rule else ():
+            part = _RULE_TRIM_END_RE.sub("", part).strip()
+            named = list(_RULE_KIND_RE.finditer(before))
+            if named and not _RULE_KIND_RE.search(part) and _RULE_PRONOUN_RE.search(part):
+                # "Always start them with 'x_'": what "them" names stays with the rule.
+                part = before[named[-1].start():named[-1].end()] + ": " + part
+            if 3 <= len(part) <= RULE_MAX_CHARS:
+                found.append(part[0].upper() + part[1:])
+        before = piece
     return found
+
+
+_RULE_VALUE_RE = LazyRe(r"(?<!\w)'([^'\n]{1,40})'(?!\w)|\"([^\"\n]{1,40})\"|`([^`\n]{1,60})`|(@\w+)|"
+                        r"(?<![\w'@])([A-Za-z0-9]+_|_[A-Za-z0-9]+)(?![\w'])")
+# Values a sentence names as the old ones: "use 'm_' instead of 'x_'".
+_RULE_OLD_RE = LazyRe(r"\b(?:instead of|rather than|in place of|no longer|not|au lieu de|à la place de|"
+                      r"en lugar de|en vez de)\s+(?:the\s+|using\s+|use\s+)?$", re.I)
+_RULE_PRONOUN_RE = LazyRe(r"\b(?:them|it|they|these|those|names?|les|los|las)\b", re.I)
+_RULE_NEGATIVE_RE = LazyRe(r"^(?:never|don'?t|do not|avoid|stop|no longer|jamais|ne |n'|nunca|no )", re.I)
+_RULE_KIND_RE = LazyRe(
+    r"\b(?:(?P<argument>(?:function\s+|method\s+)?(?:arg(?:ument)?s?|param(?:eter)?s?)(?:\s+variables?)?|argumentos?|paramètres?|"
+    r"parámetros?)|(?P<function>func(?:tion)?s?|fonctions?|funci(?:ón|ones))|(?P<method>methods?|méthodes?|"
+    r"métodos?)|(?P<variable>variables?|vars?)|(?P<attribute>attributes?|propert(?:y|ies)|attributs?|atributos?)|"
+    r"(?P<klass>class(?:es)?|clases?)|(?P<constant>constants?|constantes?)|(?P<file>files?|fichiers?|archivos?)|"
+    r"(?P<commit>commits?)|(?P<branch>branch(?:es)?|ramas?))\b", re.I)
+# What a rule is about, most specific first. An exclusive aspect holds one value at a time (a
+# name has one prefix, a class one case style): a new value replaces the old. The others add
+# up (two decorators, two imports): only the opposite polarity ("never …") replaces.
+_RULE_ASPECTS = (
+    ("decorator", False, r"decorat\w*|décorateur\w*|decorador\w*|@\w+"),
+    ("import", False, r"\bimport(?:s|ed|ing)?\b"),
+    ("prefix", True, r"\bprefix\w*|\bpréfix\w*|\bprefijo\w*|\b(?:start|begin)(?:s|ing)?\b(?!\s+(?:\w+ing|to)\b)[^.;]{0,60}?"
+                     r"\bwith\b|\bcommenc\w+\b[^.;]{0,60}?\bpar\b|\b(?:empie|comien)\w*\b[^.;]{0,60}?\b(?:con|por)\b"),
+    ("suffix", True, r"\bsuffix\w*|\bsufijo\w*|\bend(?:s|ing)?\b(?!\s+up\b)[^.;]{0,60}?\bwith\b|"
+                     r"\btermin\w+\b[^.;]{0,60}?\b(?:par|con|en)\b"),
+    ("contains", False, r"\b(?:the\s+)?(?:string|letters?|characters?)\s+'|\bcontain\w*\s+'"),
+    ("case", True, r"\b(?:camel|pascal|snake|kebab|upper|lower)[ _-]?case\b|\ball caps\b|\bcapital letters\b|"
+                   r"\bmajuscules?\b|\bminuscules?\b|\bmayúsculas?\b|\bminúsculas?\b"),
+    ("indent", True, r"\btabs?\b|\bspaces\b|\bindent\w*|\btabulations?\b|\bespacios\b|\bespaces\b"),
+    ("quotes", True, r"\b(?:single|double)[- ]quot\w*|\bguillemets\b|\bcomillas\b"),
+    ("docstring", False, r"\bdoc ?strings?\b"),
+    ("annotation", False, r"\bannotat\w*|\btype ?hints?\b|\banotaci\w+"),
+    ("assert", False, r"\bassert\w*"),
+    ("try", False, r"\btry(?:[- /]except)?\s+(?:statements?|blocks?|clauses?)|\btry\b[^.]{0,30}\bexcept\b"),
+    ("comment", False, r"\bcomment\w*|\bcomentario\w*"),
+    ("digit", False, r"\bdigits?\b|\bnumerals?\b|\bchiffres?\b|\bdígitos?\b"),
+)
+_RULE_ASPECT_RE = LazyRe("|".join(f"(?P<{name}>{rx})" for name, _, rx in _RULE_ASPECTS), re.I)
+_RULE_EXCLUSIVE = {name for name, exclusive, _ in _RULE_ASPECTS if exclusive}
+_RULE_FACETS = {}  # rule text -> its facets: rules are few and read on every prompt
 
 
 def rule_key(text):
     return re.sub(r"\W+", " ", text.casefold()).strip()
 
 
-def merge_rules(rules, new_texts, now):
-    """Append rules not already present (compared without case and punctuation)."""
-    keys = {rule_key(r["text"]) for r in rules}
+def rule_facets(text):
+    """What a rule (or any sentence) says, as comparable parts: `aspect` (see _RULE_ASPECTS,
+    "" when none), `objects` (the code objects it applies to: function, method, class…),
+    `values` (the quoted or named values it sets, lowercased), `old` (values it names as
+    replaced: "instead of 'x_'"), `negative` (a "never …" rule) and `terms` (its words)."""
+    got = _RULE_FACETS.get(text)
+    if got is not None:
+        return got
+    values, old = [], []
+    for m in _RULE_VALUE_RE.finditer(text):
+        value = next(g for g in m.groups() if g).casefold()
+        (old if _RULE_OLD_RE.search(text[max(0, m.start() - 30):m.start()]) else values).append(value)
+    aspect = _RULE_ASPECT_RE.search(text)
+    name = aspect.lastgroup if aspect else ""
+    if name in ("case", "indent", "quotes"):  # the style word is the value: "use CamelCase for classes"
+        values = [re.sub(r"[ _-]", "", aspect.group().casefold())]
+    got = {"aspect": name, "exclusive": name in _RULE_EXCLUSIVE,
+           "objects": frozenset(m.lastgroup for m in _RULE_KIND_RE.finditer(text)),
+           "values": frozenset(values), "old": frozenset(old), "negative": bool(_RULE_NEGATIVE_RE.match(text)),
+           "terms": frozenset(terms(text))}
+    if len(_RULE_FACETS) < RULE_FACETS_MEMO:
+        _RULE_FACETS[text] = got
+    return got
+
+
+def _same_subject(new, old):
+    """Whether two rules are about the same thing: one aspect, on the objects of the old one
+    (or neither names an object), and for an aspect that adds up, the same values."""
+    if not new["aspect"] or new["aspect"] != old["aspect"]:
+        return False
+    if bool(new["objects"]) != bool(old["objects"]) or not new["objects"] >= old["objects"]:
+        return False
+    return new["exclusive"] or new["values"] == old["values"]
+
+
+def rule_relation(new, old):
+    """"replaces" when rule facets `new` supersede `old` (the same subject with another value or
+    the other polarity, or "instead of" one of its values), "restates" when `new` says nothing
+    `old` does not, else None."""
+    if new["old"] & old["values"] and (not new["objects"] or not old["objects"] or new["objects"] & old["objects"]):
+        return "replaces"
+    if _same_subject(new, old):
+        if new["negative"] != old["negative"] or (new["exclusive"] and new["values"] and new["values"] != old["values"]):
+            return "replaces"
+        return "restates" if new["objects"] == old["objects"] else None  # on more objects, it adds
+    if not new["aspect"] and not old["aspect"] and new["terms"] == old["terms"]:
+        return "restates"
+    return None
+
+
+def merge_rules(rules, new_texts, now, source=None):
+    """Add the rules `new_texts` to `rules` (in place) unless a current rule already says
+    them; a rule that replaces a current one (see rule_relation) marks it `replaced_by` its
+    text, `replaced_at` now: the old one stays for the history, no longer current. A rule
+    older than the current one it would replace (a prompt drained late) is stored replaced.
+    `source`: the id of the message that stated them. Returns the rules added."""
     added = []
     for text in new_texts:
         key = rule_key(text)
-        if key and key not in keys:
-            keys.add(key)
-            rule = {"text": text, "created_at": iso(now)}
-            rules.append(rule)
-            added.append(rule)
+        if not key:
+            continue
+        new = rule_facets(text)
+        current = [r for r in rules if not r.get("replaced_by")]
+        relations = [(r, rule_relation(new, rule_facets(r["text"]))) for r in current]
+        if any(rule_key(r["text"]) == key or rel == "restates" for r, rel in relations):
+            continue
+        rule = {"text": text, "created_at": iso(now)}
+        if source:
+            rule["message_id"] = source
+        for r, rel in relations:
+            if rel != "replaces":
+                continue
+            if ts_of(r, "created_at") > now:
+                rule.update(replaced_by=r["text"], replaced_at=r["created_at"])
+            else:
+                r.update(replaced_by=text, replaced_at=rule["created_at"])
+        rules.append(rule)
+        added.append(rule)
     return added
+
+
+def current_rules(rules):
+    return [r for r in rules if not r.get("replaced_by")]
+
+
+def rules_in_order(rules):
+    """The rules as `rules list` numbers them: the current ones, then the replaced ones."""
+    return current_rules(rules) + [r for r in rules if r.get("replaced_by")]
+
+
+def stale_rules(rules):
+    """What mark_replaced looks for: [(facets, the current rule)]. A current rule whose aspect
+    holds one value makes any older statement of another value on its objects stale, whether
+    or not that statement was stored as a rule; a replaced rule of another aspect ("never"
+    after "always") is looked for by its values, and a chain of them ends at the current rule."""
+    by_text = {r["text"]: r for r in rules}
+    out = []
+    for r in rules:
+        f = rule_facets(r["text"])
+        if not r.get("replaced_by"):
+            if f["exclusive"] and f["values"] and f["objects"]:
+                out.append((f, r))
+            continue
+        now, seen = r, set()
+        while now.get("replaced_by") in by_text and now["text"] not in seen:
+            seen.add(now["text"])
+            now = by_text[now["replaced_by"]]
+        if not f["exclusive"] and f["values"] and not now.get("replaced_by"):
+            out.append((f, now))
+    return out
+
+
+def _outdated_by(said, stale, ts):
+    """The current rule that a sentence's facets `said`, stated at `ts`, contradicts, or None."""
+    for f, cur in stale:
+        if said["aspect"] != f["aspect"] or not said["values"] or (ts or 0) >= ts_of(cur, "created_at"):
+            continue
+        if f is rule_facets(cur["text"]):  # a current rule: another value on one of its objects
+            if said["objects"] & f["objects"] and not said["values"] & f["values"]:
+                return cur
+        elif said["values"] & f["values"] and not said["values"] & rule_facets(cur["text"])["values"] and (
+                not said["objects"] or not f["objects"] or said["objects"] & f["objects"]):
+            return cur
+    return None
+
+
+def mark_replaced(text, stale, lang, ts=None):
+    """`text` (stated at `ts`) with each sentence that states an instruction a newer rule has
+    replaced led by "[replaced on <date> by: <the current rule>]": a recalled message never
+    passes an old instruction off as current. The mark opens the sentence, so a cut at the end
+    of the line cannot keep one without the other. `stale`: see stale_rules."""
+    if not stale or not _RULE_ASPECT_RE.search(text):
+        return text
+    parts = _SENTENCE_END_RE.split(text)
+    for i, part in enumerate(parts):
+        cur = _outdated_by(rule_facets(part), stale, ts) if _RULE_VALUE_RE.search(part) else None
+        if cur is not None:
+            parts[i] = tr("rule_replaced", lang, date=format_date(ts_of(cur, "created_at"), lang),
+                          text=cur["text"].rstrip(".!;")) + " " + part
+    return " ".join(parts)
+
+
+# A rule on one kind of object whose aspect is known is shown by its object, in a few words
+# ("Functions: docstrings, names end with '_x'."): many rules in force fit the budget.
+_RULE_KIND_SHOWN = {"argument": "Function arguments", "function": "Functions", "method": "Methods",
+                    "variable": "Variables", "attribute": "Attributes", "klass": "Classes", "constant": "Constants"}
+_RULE_PHRASES = {"prefix": "names start with {v}", "suffix": "names end with {v}", "contains": "{v} in names",
+                 "digit": "a digit in names", "docstring": "docstrings", "annotation": "annotations",
+                 "assert": "assert statements", "try": "try statements", "comment": "comments",
+                 "decorator": "the {v} decorator", "case": "{v} names"}
+
+
+def rule_phrase(rule):
+    """(object heading, short phrase) of a rule shown grouped by its object, or None."""
+    f = rule_facets(rule["text"])
+    phrase = _RULE_PHRASES.get(f["aspect"])
+    if phrase is None or f["negative"] or len(f["objects"]) != 1 or next(iter(f["objects"])) not in _RULE_KIND_SHOWN:
+        return None
+    values = sorted(f["values"], key=lambda v: not v.startswith("@"))
+    kind = _RULE_KIND_SHOWN[next(iter(f["objects"]))]
+    if "{v}" not in phrase:
+        return kind, phrase
+    if not values or (f["aspect"] == "decorator") != values[0].startswith("@"):
+        return None
+    if f["aspect"] == "case":
+        shown = _RULE_ASPECT_RE.search(rule["text"]).group()
+    else:  # the value as the user wrote it (case kept), quoted; a decorator's module after it
+        shown = next((m.group() for m in _RULE_VALUE_RE.finditer(rule["text"])
+                      if next(g for g in m.groups() if g).casefold() == values[0]), None)
+        if shown is None:
+            return None
+        if f["aspect"] == "decorator" and len(values) > 1:
+            return kind, f"the {shown} decorator from {values[1]!r}"
+    return kind, phrase.format(v=shown)
+
+
+def render_rules(rules, qterms, budget, lang):
+    """The "User rules:" line: the current rules (never a replaced one), those that share the
+    most words with the prompt first, then the newest, each whole, within `budget` characters;
+    "" when none fits. Rules on one kind of object are grouped under it (rule_phrase); the
+    line says how many rules did not fit."""
+    current = current_rules(rules)
+    wanted = set(qterms)
+    ranked = sorted(current, key=lambda r: (-len(wanted.intersection(terms(r["text"]))), -ts_of(r, "created_at")))
+    phrases = {id(r): rule_phrase(r) for r in ranked}
+
+    def pack(room):
+        groups, size, shown = {}, len(tr("ctx_rules", lang)), 0
+        for r in ranked:
+            got = phrases[id(r)]
+            if got is None:
+                text = r["text"].rstrip(".!;")
+                key, part, cost = id(r), text[:1].upper() + text[1:], len(text) + 2
+            else:
+                key, part = got
+                cost = len(part) + (2 if key in groups else len(key) + 4)
+            if size + cost <= room:
+                groups.setdefault(key, []).append(part)
+                size, shown = size + cost, shown + 1
+        heads = {h for h, _ in filter(None, phrases.values())}
+        body = "".join(f" {k}: {', '.join(parts)}." if k in heads else f" {parts[0]}." for k, parts in groups.items())
+        return tr("ctx_rules", lang) + body, shown
+    line, shown = pack(budget)
+    if shown < len(current):  # the rules that fit leave room to say how many did not
+        more = " " + tr("ctx_rules_more", lang, n=len(current) - shown)
+        line, shown = pack(budget - len(more))
+        line += " " + tr("ctx_rules_more", lang, n=len(current) - shown)
+    return line if shown else ""
 
 
 def numpy_or_none():
@@ -3978,7 +4447,7 @@ class MemoryWriter(MemoryIndex):
         ext = EXTRACTOR.extract(entry["text"], entry["origin"], entry.get("file"))
         ext["topics"] = self.specific_topics(ext["topics"])
         if entry["source"] == "prompt" and "rules" not in entry:  # "rules": stored when journaled
-            self.add_rules(detect_rules(entry["text"]), now)
+            self.add_rules(detect_rules(entry["text"]), now, mid)
         candidates = self.candidates(vec)
         sims = [similarity(cos, ext["topics"], t.get("topics")) for t, cos in candidates]
         decision = decide(ext["topics"], candidates, cfg, sims)
@@ -4129,8 +4598,8 @@ class MemoryWriter(MemoryIndex):
             self._drop_bridge(bid)
         return drop
 
-    def add_rules(self, texts, now):
-        return add_rules_to_store(self.store, texts, now)
+    def add_rules(self, texts, now, source=None):
+        return add_rules_to_store(self.store, texts, now, source)
 
     # -- status and maintenance --
     def set_status(self, thread_ids, status):
@@ -4366,7 +4835,7 @@ class Memory(MemoryWriter):
                 "message_embedding_coverage": round(len(self.mvec) / msg_total, 4) if msg_total else 1.0,
                 "models": {str(k): v for k, v in models.items()},
                 "mixed_models": sorted(str(k) for k in models if k not in (None, self.embedder.id)),
-                "rules": len(self.store.rules()), "quarantined": self.store.quarantined(),
+                "rules": len(current_rules(self.store.rules())), "quarantined": self.store.quarantined(),
                 "inbox_pending": len(self.store.inbox_pending())}
 
 
@@ -4385,8 +4854,9 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     """The text injected with a prompt, within `budget` characters: a header, the `files` in
     play (FileTable.rank), the `current` work (Memory.current_thread), the best `hits` (focused
     on the query terms unless `verbatim`) packed under their thread's line, up to three threads
-    `related_of(thread ids, ids to skip)` to the first one, then the rules and reminders.
-    Returns (the text, the packed hits with their `line`)."""
+    `related_of(thread ids, ids to skip)` to the first one, then the rules (render_rules) and
+    reminders. A recalled sentence that states a replaced rule says so (mark_replaced). Returns
+    (the text, the packed hits with their `line`)."""
     head = tr("ctx_header", lang)
     if files:
         head += "\n" + shorten(tr("ctx_files", lang, files=", ".join(
@@ -4398,9 +4868,10 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
             line += " " + tr("ctx_last", lang, text=last["text"])
         head += "\n" + shorten(line, budget // 8)
     tail = []
-    if rules:
-        tail.append(shorten(tr("ctx_rules", lang) + " " +
-                            " ".join(f"({i}) {r['text']}" for i, r in enumerate(rules, 1)), budget // 4))
+    rules_line = render_rules(rules, qterms, int(budget * RULES_SHARE), lang)
+    if rules_line:
+        tail.append(rules_line)
+    stale = stale_rules(rules)
     if guardcode:
         tail.append(tr("ctx_guardcode", lang))
     fixed = len(head) + sum(len(t) + 1 for t in tail) + 1
@@ -4416,7 +4887,8 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     candidates = [dict(h, group=h["thread_id"], min_len=min(len(h["text"]), 150) // 2) for h in hits if h["score"] > 0]
 
     def text_of(h):
-        return h["text"] if h.get("verbatim") else focus(h["text"], qterms)
+        text = mark_replaced(h["text"], stale, lang, ts_of(h, "timestamp"))
+        return text if h.get("verbatim") else focus(text, qterms)
     # Each item is indented under its thread's header, which costs space once.
     items = pack_items(candidates, max(0, budget - fixed), indent=4, group_cost=lambda g: len(header(g)) + 1,
                        render=lambda h: item_line(msgs[h["message_id"]], lang, text_of(h)))
@@ -5384,10 +5856,12 @@ def context_output(event, text):
                       ensure_ascii=False)
 
 
-def add_rules_to_store(store, texts, now):
+def add_rules_to_store(store, texts, now, source=None):
+    """Merge rules into user_rules.json (see merge_rules); `source`: the id of the message
+    that states them."""
     if not texts:
         return []
-    added = store.update_rules(lambda rules: merge_rules(rules, texts, now))
+    added = store.update_rules(lambda rules: merge_rules(rules, texts, now, source))
     if added:
         store.log.info("user rules added", rules=[r["text"] for r in added])
     return added
@@ -5520,7 +5994,8 @@ def hook_inject(store, payload, mem):
     cfg = mem.cfg if mem else store.config()
     lang, now = cfg["language"], time.time()
     session = payload.get("session_id")
-    add_rules_to_store(store, detect_rules(redact(prompt)), now)  # user_rules.json must hold no secret
+    # user_rules.json must hold no secret; the rules remember the message they come from.
+    add_rules_to_store(store, detect_rules(redact(prompt)), now, message_id(cid) if cid else None)
     hb = store.heartbeat()
     source = mem or lexical_memory(store, prompt, [hb.get("last_thread")])
     # The prompt just journaled is not its own context, should a drain have stored it already.
@@ -6132,11 +6607,17 @@ def do_rules(cli, args):
                     raise ValueError
             except ValueError:
                 raise NotFound(tr("not_found", lang, what=args.value)) from None
-            return rules.pop(index)
+            gone = rules_in_order(rules)[index]  # numbered as `rules list` shows them
+            rules.remove(gone)
+            return gone
         removed = store.update_rules(remove)
         return emit(args, removed, tr("rules_removed", lang, text=removed["text"]))
-    rules = store.rules()
-    return emit(args, rules, "\n".join(f"{i}. {r['text']}" for i, r in enumerate(rules, 1)) or tr("none", lang))
+    # The current rules, then the replaced ones, marked, for the history.
+    rules = rules_in_order(store.rules())
+    lines = [f"{i}. {r['text']}" + (" " + tr("rule_replaced", lang, date=format_date(ts_of(r, "replaced_at"), lang),
+                                             text=r["replaced_by"]) if r.get("replaced_by") else "")
+             for i, r in enumerate(rules, 1)]
+    return emit(args, rules, "\n".join(lines) or tr("none", lang))
 
 
 def do_forget(cli, args):

@@ -1,0 +1,275 @@
+"""User rules: which sentences of a prompt are rules (en / fr / es), what a rule is about, a
+newer rule replacing an older one on the same subject, the rules line injected with a prompt,
+replaced instructions marked in recalled messages, `rules list` / `rules remove`, and rule
+capture on MemoryCode dialogues when ../shared holds them. The labelled and sentence-start
+forms are in test_text.py."""
+import json
+import sys
+
+import pytest
+
+import ai_smartness as ai
+from conftest import cli, cli_json
+from support import shared_path
+
+DAY = 86400.0
+
+
+# ---- detection ----
+
+@pytest.mark.parametrize("text,rule", [
+    ("Going forward, please use pytest for all new tests.", "Use pytest for all new tests"),
+    ("From now on, start variable names with 'x_'.", "Start variable names with 'x_'"),
+    ("Also, I want you to always add type hints to public functions.", "Always add type hints to public functions"),
+    ("Make sure that all your method names end with '_m', so we can spot them.", "All method names end with '_m'"),
+    ("Oliver, when naming attributes, remember to always start the name with 'i_' as in 'i_count'.",
+     "When naming attributes, always start the name with 'i_'"),
+    ("One of our conventions is to always import the 'bz2' module.", "Always import the 'bz2' module"),
+    ("I'd like you to start using the '@timer' decorator from the 'pedantic' module for all methods.",
+     "Use the '@timer' decorator from the 'pedantic' module for all methods"),
+    ("I want to emphasize the importance of including assert statements in your functions.",
+     "Include assert statements in functions"),
+    ("Never push to main directly!", "Never push to main directly"),
+    ("Quick update: going forward, start variable names with 'vr_' instead.", "Start variable names with 'vr_'"),
+    ("Include a single digit in your method names from now on.", "Include a single digit in method names"),
+    ("À partir de maintenant, utilise le préfixe 'x_' pour les noms de variables.",
+     "Utilise le préfixe 'x_' pour les noms de variables"),
+    ("Désormais, n'oublie pas de documenter toutes les fonctions.",
+     "N'oublie pas de documenter toutes les fonctions"),
+    ("Assure-toi de toujours lancer les tests avant chaque commit.",
+     "Assure-toi de toujours lancer les tests avant chaque commit"),
+    ("De ahora en adelante, usa el prefijo 'v_' en los nombres de variables.",
+     "Usa el prefijo 'v_' en los nombres de variables"),
+    ("Asegúrate de siempre escribir pruebas para cada función.", "Asegúrate de siempre escribir pruebas para cada función"),
+    ("No olvides ejecutar las pruebas antes de cada commit.", "No olvides ejecutar las pruebas antes de cada commit"),
+])
+def test_natural_rules_are_detected_in_their_directive_sentence(text, rule):
+    assert ai.detect_rules("Thanks for the review yesterday. " + text + " Let me know if anything is unclear.") == [rule]
+
+
+@pytest.mark.parametrize("text", [
+    "Always happy to help!", "I'm always glad to pair on the code with you.", "Fix the failing test in auth.py.",
+    "Rename 'foo' to 'bar' in utils.py.", "Should we always use tabs?", "I always forget the flags.",
+    "We never deployed on a Friday.", "Make sure your code is clean and readable.",
+    "It's important that our code is consistent across the team.",
+    "Start following a specific naming convention for your variable names.",
+    "Toujours ravi de t'aider !", "Siempre feliz de ayudar.", "Je suis toujours content de ce code.",
+    "Keep in mind that the weather is nice.", "Remember that efficiency is key in software engineering.",
+    "Write the parser for the invoice files.", "Use the new API in auth.py.",
+])
+def test_tasks_small_talk_habits_and_vague_advice_are_not_rules(text):
+    assert ai.detect_rules(text) == []
+
+
+def test_coordinated_rules_split_into_one_rule_each():
+    assert ai.detect_rules("Always start attribute names with 'q_' and method names with 'o_'.") == [
+        "Always start attribute names with 'q_'", "Always start method names with 'o_'"]
+
+
+def test_a_rule_that_says_them_keeps_what_them_names():
+    assert ai.detect_rules("Let's talk about attribute names. Always start them with 'at_'.") == [
+        "Attribute: Always start them with 'at_'"]
+
+
+# ---- subject and supersession ----
+
+@pytest.mark.parametrize("old,new", [
+    ("Always start variable names with 'x_'", "Start variable names with 'vr_' from now on"),
+    ("When naming variables, always start with 'n_'", "Ensure that all variable names start with 'wr_'"),
+    ("End all method names with '_md'", "For method names, end them with '_o' instead"),
+    ("Always use CamelCase for class names", "Use all uppercase letters for class names"),
+    ("Use 'pytest' for the tests", "Use 'unittest' instead of 'pytest' for the tests"),
+    ("Always add docstrings to your methods", "Never add docstrings to your methods"),
+    ("Utilise le préfixe 'x_' pour les noms de variables", "Utilise le préfixe 'y_' pour les noms de variables"),
+    ("Usa el prefijo 'v_' en los nombres de variables", "Usa el prefijo 'w_' en los nombres de variables"),
+])
+def test_a_rule_on_the_same_subject_replaces_the_older_one(old, new):
+    rules = []
+    ai.merge_rules(rules, [old], 1000.0)
+    assert ai.merge_rules(rules, [new], 2000.0, source="m2")
+    assert [r["text"] for r in ai.current_rules(rules)] == [new]
+    assert rules[0]["replaced_by"] == new and rules[0]["replaced_at"] == ai.iso(2000.0)
+    assert rules[1]["message_id"] == "m2"
+
+
+@pytest.mark.parametrize("one,other", [
+    ("Always start variable names with 'x_'", "Always end variable names with '_y'"),  # prefix vs suffix
+    ("Always start variable names with 'x_'", "Always start method names with 'm_'"),  # other object
+    ("Add the '@timer' decorator to all functions", "Add the '@count_calls' decorator to all functions"),
+    ("Always import the 'bz2' module", "Always import the 'gzip' module"),
+    ("Always use docstrings in your methods", "Always use type hints in your methods"),
+    ("Never push to main directly", "Always run the linter before committing"),
+])
+def test_different_aspects_values_that_add_up_and_other_rules_both_stay(one, other):
+    rules = []
+    ai.merge_rules(rules, [one], 1000.0)
+    ai.merge_rules(rules, [other], 2000.0)
+    assert [r["text"] for r in ai.current_rules(rules)] == [one, other]
+
+
+def test_a_restated_rule_is_not_stored_twice():
+    rules = []
+    ai.merge_rules(rules, ["Always start variable names with 'x_'"], 1000.0)
+    assert ai.merge_rules(rules, ["From now on, variable names start with 'x_'", "always start variable names with 'x_'!"],
+                          2000.0) == []
+    assert len(rules) == 1
+
+
+def test_a_rule_drained_after_a_newer_one_is_stored_already_replaced():
+    rules = []
+    ai.merge_rules(rules, ["Always start variable names with 'vr_'"], 2000.0)
+    ai.merge_rules(rules, ["Always start variable names with 'x_'"], 1000.0)
+    assert [r["text"] for r in ai.current_rules(rules)] == ["Always start variable names with 'vr_'"]
+
+
+def test_old_records_without_subject_or_message_still_load_and_merge(project):
+    store = ai.open_memory(str(project)).store
+    store.save_rules([{"text": "Always start variable names with 'x_'", "created_at": "2024-01-01T00:00:00Z"},
+                      {"text": "planted without a date"}])
+    ai.add_rules_to_store(store, ["Start variable names with 'vr_'"], 2e9)
+    assert [r["text"] for r in ai.current_rules(store.rules())] == ["planted without a date",
+                                                                     "Start variable names with 'vr_'"]
+
+
+# ---- the rules line ----
+
+def rules_of(*texts):
+    rules = []
+    for i, text in enumerate(texts):
+        ai.merge_rules(rules, [text], 1000.0 + i * DAY)
+    return rules
+
+
+def test_rules_line_holds_current_rules_most_relevant_first_then_newest():
+    rules = rules_of("Always start variable names with 'x_'", "Always add docstrings to your methods",
+                     "Never push to main directly", "Start variable names with 'vr_'")
+    line = ai.render_rules(rules, ai.terms("write a method that parses dates"), 1000, "en")
+    assert line == "User rules: Methods: docstrings. Variables: names start with 'vr_'. Never push to main directly."
+    line = ai.render_rules(rules, ai.terms("push the branch"), 1000, "en")
+    assert line == "User rules: Never push to main directly. Variables: names start with 'vr_'. Methods: docstrings."
+
+
+def test_rules_on_one_object_are_grouped_under_it_in_a_few_words():
+    rules = rules_of("Always end function names with '_f'", "Always add the '@timer' decorator from the 'pedantic' module "
+                     "to all your functions", "Use CamelCase for class names", "Include a single digit in function names",
+                     "Run the linter before every commit, please")
+    assert ai.render_rules(rules, [], 1000, "en") == (
+        "User rules: Run the linter before every commit, please. Functions: a digit in names, the '@timer' decorator "
+        "from 'pedantic', names end with '_f'. Classes: CamelCase names.")
+
+
+def test_rules_line_never_cuts_a_rule_and_says_how_many_did_not_fit():
+    rules = rules_of("Always push with --force-with-lease, never with a bare --force",
+                     "Never commit generated files under build/ to the repository",
+                     "Always run the full test suite before asking for a review")
+    line = ai.render_rules(rules, [], 172, "en")
+    assert line == ("User rules: Always run the full test suite before asking for a review. Never commit generated "
+                    "files under build/ to the repository. (+1 more: ai_smartness rules list)")
+    assert ai.render_rules(rules, [], 20, "en") == ""
+
+
+def test_rules_take_only_the_room_they_need_and_at_most_their_share(project):
+    mem = ai.open_memory(str(project))
+    for i in range(30):
+        mem.capture(f"The parser module {i} reads invoice files with a streaming reader and retries", source="prompt")
+    mem.add_rules(["Always add docstrings to your methods"], mem.clock())
+    short = mem.context("how does the parser read invoice files?", budget=2000)["text"]
+    assert "\nUser rules: Methods: docstrings.\n" in short
+    assert len(short) > 1500  # the rest of the budget went to the recalled notes
+    mem.add_rules([f"Always start {k} names with 'p{k[:2]}_' in module number {i}" for i in range(12)
+                   for k in ("method",)], mem.clock())
+    line = [x for x in mem.context("parser", budget=2000)["text"].splitlines() if x.startswith("User rules:")][0]
+    assert len(line) <= 2000 * ai.RULES_SHARE
+
+
+# ---- replaced instructions in recalled messages ----
+
+def test_a_recalled_sentence_stating_a_replaced_rule_is_marked_with_the_current_one():
+    rules = rules_of("Always start variable names with 'x_'", "Start variable names with 'vr_' from now on")
+    text = ("Welcome aboard. One of our conventions is to always start variable names with 'x_'. "
+            "Also keep functions short.")
+    marked = ai.mark_replaced(text, ai.stale_rules(rules), "en")
+    date = ai.format_date(1000.0 + DAY)
+    assert marked == ("Welcome aboard. [replaced on " + date + " by: Start variable names with 'vr_' from now on] "
+                      "One of our conventions is to always start variable names with 'x_'. Also keep functions short.")
+    assert ai.mark_replaced("I now start variable names with 'vr_', not 'x_'.", ai.stale_rules(rules), "en") == \
+        "I now start variable names with 'vr_', not 'x_'."
+    assert ai.mark_replaced("Method names start with 'x_'.", ai.stale_rules(rules), "en") == "Method names start with 'x_'."
+
+
+def test_an_older_statement_of_another_value_is_marked_even_if_it_never_was_a_rule():
+    rules = rules_of("Always end function argument names with '_e'")  # stated at 1000
+    stale = ai.stale_rules(rules)
+    said = "Got it. I'll end function argument names with '_f' from now on."
+    assert ai.mark_replaced(said, stale, "en", ts=500.0) == (
+        "Got it. [replaced on " + ai.format_date(1000.0) + " by: Always end function argument names with '_e'] "
+        "I'll end function argument names with '_f' from now on.")
+    assert ai.mark_replaced(said, stale, "en", ts=5000.0) == said  # said after the rule: not an old version
+    assert ai.mark_replaced("I'll end variable names with '_f'.", stale, "en", ts=500.0) == \
+        "I'll end variable names with '_f'."
+
+
+def test_a_chain_of_replacements_points_at_the_current_rule():
+    rules = rules_of("Always start variable names with 'x_'", "Always start variable names with 'm_'",
+                     "Always start variable names with 'vr_'")
+    marked = ai.mark_replaced("Start variable names with 'x_'.", ai.stale_rules(rules), "fr")
+    assert marked.startswith("[remplacée le ") and "par : Always start variable names with 'vr_']" in marked
+
+
+def test_context_marks_a_replaced_instruction_and_injects_only_the_current_rule(project):
+    mem = ai.open_memory(str(project))
+    mem.capture("Welcome! From now on, always start variable names with 'x_' in the billing code.", source="prompt",
+                at="2024-03-04T09:00:00Z")
+    mem.capture("Update on the billing code: start variable names with 'vr_' from now on.", source="prompt",
+                at="2024-03-11T09:00:00Z")
+    text = mem.context("billing code variable names")["text"]
+    rules_line = [x for x in text.splitlines() if x.startswith("User rules:")]
+    assert rules_line == ["User rules: Variables: names start with 'vr_'."]
+    recalled = [x for x in text.splitlines() if "'x_'" in x]
+    mark = f"[replaced on {ai.format_date(ai.parse_time('2024-03-11T09:00:00Z'))} by: Update on the billing code"
+    assert recalled and all(mark in x for x in recalled), text
+
+
+# ---- CLI ----
+
+def test_rules_list_shows_current_rules_then_replaced_ones_and_remove_follows_that_order(project):
+    assert cli("rules", "add", "Always start variable names with 'x_'", project=project).returncode == 0
+    assert cli("rules", "add", "Never push to main directly", project=project).returncode == 0
+    assert cli("rules", "add", "Always start variable names with 'vr_'", project=project).returncode == 0
+    listed = cli("rules", project=project).stdout.splitlines()
+    assert listed[:2] == ["1. Never push to main directly", "2. Always start variable names with 'vr_'"]
+    assert listed[2].startswith("3. Always start variable names with 'x_' [replaced on ")
+    assert listed[2].endswith(" by: Always start variable names with 'vr_']")
+    as_json = cli_json("rules", project=project)
+    assert [bool(r.get("replaced_by")) for r in as_json] == [False, False, True]
+    assert cli("rules", "remove", "3", project=project).returncode == 0
+    assert [r["text"] for r in cli_json("rules", project=project)] == [
+        "Never push to main directly", "Always start variable names with 'vr_'"]
+    assert cli_json("status", project=project)["rules"] == 2
+
+
+# ---- MemoryCode (../shared): rule capture on a few dialogues ----
+
+def test_memorycode_instructions_in_force_end_up_as_current_rules():
+    bench = shared_path("bench", "memorycode")
+    sys.path.insert(0, str(bench))
+    try:
+        import mc_lib
+    finally:
+        sys.path.remove(str(bench))
+    dialogues = json.loads((bench / "memorycode_dev.json").read_text())["dialogues"]
+    stored = coding = in_force = kept = 0
+    for did in sorted(dialogues, key=mc_lib.id_number)[::9]:
+        d = dialogues[did]
+        versions = mc_lib.instruction_versions(d)
+        rules = []
+        for turn in mc_lib.replay_plan(did, d):
+            if turn["source"] == "prompt":
+                ai.merge_rules(rules, ai.detect_rules(turn["text"]), ai.parse_time(turn["at"]))
+        score = mc_lib.score_rules(ai.current_rules(rules), versions)
+        in_force += len(score["force"])
+        kept += sum(f["stored"] for f in score["force"])
+        stored += len(rules)
+        coding += mc_lib.score_rules(rules, versions)["n_rules_coding"]
+    assert in_force > 20 and kept / in_force >= 0.8, (kept, in_force)
+    assert stored and coding / stored >= 0.85, (coding, stored)
