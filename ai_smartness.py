@@ -14,7 +14,7 @@ Usage:
     search QUERY | recall QUERY | context PROMPT                retrieve
     rules [list|add TEXT|remove N] | forget ID | export | reindex
     daemon start|stop|status|restart|run                        the background process
-    hook start|inject|pretool|capture|stop|end|precompact       Claude Code's hooks (JSON on stdin)
+    hook start|inject|pretool|capture|failure|stop|end|precompact  Claude Code's hooks (JSON on stdin)
 
 Life of a capture (a tool result; a prompt or the agent's answer goes the same way):
     1. Claude Code runs `hook capture` with the PostToolUse payload on stdin: a fresh process,
@@ -35,8 +35,10 @@ Life of a prompt:
     2. Daemon.cmd_hook() embeds it ahead of the memory lock (Daemon._embed_query(): that one
        vector serves its retrieval and its capture), then answers under the lock.
     3. hook_inject(): detect_rules() keeps the rules the prompt states (user_rules.json);
-       Memory.context() -> Memory.retrieve() ranks messages (lexical and dense scores, thread
-       signals) and render_context() packs the best, and the rules, into inject_budget chars.
+       Memory.context(): FileTable.rank() names the files in play, Memory.current_thread()
+       the work in progress, the files' latest messages come first, then Memory.retrieve()
+       ranks messages (lexical and dense scores, thread signals); render_context() packs
+       them, and the rules, into inject_budget chars.
     4. The hook prints it as additional context (context_output()); heartbeat.json notes the
        turn; the daemon, woken, drains the prompt as any capture.
     5. No daemon (or one warming up): lexical_memory() answers in the hook process from the
