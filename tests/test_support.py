@@ -33,7 +33,7 @@ def test_the_hook_map_is_the_installed_one_and_every_event_has_a_payload():
     template = json.loads((support.ROOT / "settings.template.json").read_text())["hooks"]
     installed = {event: re.search(r" hook (\w+) ", groups[0]["hooks"][0]["command"]).group(1)
                  for event, groups in template.items()}
-    assert events == installed and len(events) == 7
+    assert events == installed and len(events) == 8
     assert support.event_hooks() == {name: event for event, name in events.items()}
     for event, name in events.items():
         for key in (event, name):
