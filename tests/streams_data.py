@@ -137,8 +137,8 @@ def streams():
         out[f"{style}-interleaved"] = _round_robin(groups)
         out[f"{style}-blocks"] = _blocks(groups)
         out[f"{style}-mixed"] = _shuffled(groups, seed=len(style))
-    mixed = {name: [task[("terse", "prose", "questions")[(i + k) % 3]][i]
-                    for i in range(min(len(v) for v in task.values()))]
+    styles = ("terse", "prose", "questions")
+    mixed = {name: [task[styles[(i + k) % 3]][i] for i in range(7) if i < len(task[styles[(i + k) % 3]])]
              for k, (name, task) in enumerate(TASKS.items())}
     out["styles-interleaved"] = _round_robin(mixed)
     four = {name: task["terse"] for name, task in TASKS.items()}
