@@ -95,8 +95,9 @@ DEFAULT_CONFIG = {
     "thresholds": {
         "continue": 0.35,  # continue the best active thread at or above this
         "reactivate": 0.50,  # reactivate a suspended/archived thread at or above this
-        "borderline": 0.15,  # borderline..continue: the best thread continues only when clearly ahead
-        "margin": 0.06,  # how far ahead of every other thread "clearly ahead" is
+        "borderline": 0.10,  # borderline..continue: the best thread continues only when clearly ahead
+        "margin": 0.08,  # how far ahead of the next two threads "clearly ahead" is
+        "turn_margin": 0.15,  # how far ahead of its turn's thread another must be to take a capture
         "fork_max": 0.60,  # a continuation below this that brings new topics forks a child
         "fork_new_topics": 1.0,  # share of new topics that makes content a sub-task
         "fork_min_messages": 3,  # only established threads fork
@@ -2189,11 +2190,11 @@ def decide(content_topics, candidates, cfg, sims=None, follow=None, opens_turn=T
     best match) / REACTIVATE / NEW_THREAD.
 
     Evidence is relative: the best active thread is continued at `continue`, or from `borderline`
-    up when it leads every other candidate by `margin` (one clear match among unrelated
-    threads, at the low similarities short notes have). `follow` is the thread the content's
-    turn went to (its prompt's): tool results and conclusions stay there unless another thread
-    is both above `continue` and `margin` ahead. Only content that opens a turn forks, and only
-    from a match above `continue`."""
+    up when it leads the next two candidates (their mean) by `margin`: one clear match among
+    unrelated threads, at the low similarities short notes have. `follow` is the thread the
+    content's turn went to (its prompt's): tool results and conclusions stay there unless
+    another thread is both above `continue` and `turn_margin` ahead. Only content that opens a
+    turn forks, and only from a match above `continue`."""
     th = cfg["thresholds"]
     if sims is None:
         sims = [similarity(cos, content_topics, t.get("topics")) for t, cos in candidates]
@@ -2204,12 +2205,14 @@ def decide(content_topics, candidates, cfg, sims=None, follow=None, opens_turn=T
                     "status": t["status"]} for s, c, t in scored[:3]],
            "borderline": False, "thread_id": None, "parent_id": None}
 
-    def lead(entry):  # its score less the best other candidate's
-        return entry[0] - next((s[0] for s in scored if s[2] is not entry[2]), 0.0)
+    def lead(entry):  # its score less the mean of the next two: a piece of the same work close
+        # behind (a thread an earlier note started) does not hide a lead over the rest
+        others = [s[0] for s in scored if s[2] is not entry[2]][:2]
+        return entry[0] - (sum(others) / len(others) if others else 0.0)
     if follow is not None:
         own = next((s for s in scored if s[2] is follow), (0.0, 0.0, follow))
         rival = next((s for s in scored if s[2] is not follow), None)
-        if rival is None or rival[0] < th["continue"] or rival[0] - own[0] < th["margin"]:
+        if rival is None or rival[0] < th["continue"] or rival[0] - own[0] < th["turn_margin"]:
             action = "CONTINUE" if follow["status"] == "active" else "REACTIVATE"
             return dict(out, action=action, thread_id=follow["id"], score=own[0], reason="turn")
     active_score = best_active[0] if best_active else 0.0

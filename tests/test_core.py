@@ -38,13 +38,16 @@ def test_continue_threshold(cos, action):
 
 
 def test_below_continue_the_best_thread_continues_only_when_clearly_ahead():
-    # 0.21 and 0.14: ahead by 0.07 >= margin 0.06
-    ahead = ais.decide([], [(thread("t1"), 0.3), (thread("t2"), 0.2)], CFG)
+    # 0.21 against 0.105: ahead by more than the margin (0.08)
+    ahead = ais.decide([], [(thread("t1"), 0.3), (thread("t2"), 0.15)], CFG)
     assert ahead["action"] == "CONTINUE" and ahead["thread_id"] == "t1" and ahead["reason"] == "ahead"
-    # 0.21 and 0.175: too close to tell, a new thread (recorded as borderline)
+    # 0.21 against 0.175: too close to tell, a new thread (recorded as borderline)
     close = ais.decide([], [(thread("t1"), 0.3), (thread("t2"), 0.25)], CFG)
     assert close["action"] == "NEW_THREAD" and close["borderline"] and close["thread_id"] is None
-    # alone but under the floor (0.07 < 0.15): nothing is close
+    # the lead is over the mean of the next two: 0.21 against (0.175 + 0) / 2
+    assert ais.decide([], [(thread("t1"), 0.3), (thread("t2"), 0.25), (thread("t3"), 0.0)], CFG)["action"] == "CONTINUE"
+    assert ais.decide([], [(thread("t1"), 0.3), (thread("t2"), 0.25), (thread("t3"), 0.2)], CFG)["action"] == "NEW_THREAD"
+    # alone but under the floor (0.07 < 0.10): nothing is close
     far = ais.decide([], [(thread("t1"), 0.1)], CFG)
     assert far["action"] == "NEW_THREAD" and not far["borderline"]
     # a dormant thread is a rival too
@@ -54,7 +57,7 @@ def test_below_continue_the_best_thread_continues_only_when_clearly_ahead():
 
 def test_a_turn_stays_in_its_thread_unless_another_is_strong_and_clearly_ahead():
     turn = thread("turn")
-    weak = ais.decide([], [(thread("other"), 0.45), (turn, 0.1)], CFG, follow=turn)
+    weak = ais.decide([], [(thread("other"), 0.6), (turn, 0.45)], CFG, follow=turn)  # 0.42 vs 0.315
     assert weak["action"] == "CONTINUE" and weak["thread_id"] == "turn" and weak["reason"] == "turn"
     # not among the candidates at all: still its turn's thread
     assert ais.decide([], [(thread("other"), 0.4)], CFG, follow=turn)["thread_id"] == "turn"

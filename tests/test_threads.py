@@ -32,18 +32,19 @@ def test_every_stream_holds_its_notes_once():
         assert len(texts) == len(set(texts)) >= 20, name
 
 
-def test_stdlib_embedder_keeps_threads_pure_and_few(tmp_path):
-    """The hashing embedder only sees shared words: on the terse notes it still groups them
-    (10 threads, each topic-pure; 14 before relative evidence), and over every stream purity
-    stays high."""
-    mem, members = replay(tmp_path / "terse", streams_data.streams()["terse-interleaved"], ais.HashEmbedder())
-    assert streams_data.purity(members) == 1.0 or streams_data.purity(members) >= 0.95
-    assert len(members) <= 10
-    purities = []
+def test_stdlib_embedder_groups_notes_and_keeps_them_mostly_pure(tmp_path):
+    """The hashing embedder only sees shared words. On the terse notes it groups them (10
+    threads, 14 before relative evidence) without mixing topics; over every stream purity
+    stays near 0.9 (it was 0.99 for 16 threads of mostly single notes)."""
+    _, members = replay(tmp_path / "terse", streams_data.streams()["terse-interleaved"], ais.HashEmbedder())
+    assert streams_data.purity(members) >= 0.95 and len(members) <= 10
+    purities, counts = [], []
     for name, stream in streams_data.streams().items():
         _, got = replay(tmp_path / name, stream, ais.HashEmbedder())
         purities.append(streams_data.purity(got))
-    assert sum(purities) / len(purities) >= 0.9 and min(purities) >= 0.75
+        counts.append(len(got))
+    assert sum(purities) / len(purities) >= 0.85 and min(purities) >= 0.75
+    assert sum(counts) / len(counts) <= 12
 
 
 def turn(mem, session, prompt, tools=(), conclusion=None, at=START, turn_id=None):
