@@ -99,7 +99,7 @@ DEFAULT_CONFIG = {
         "margin": 0.08,  # how far ahead of the next two threads "clearly ahead" is
         "turn_margin": 0.15,  # how far ahead of its turn's thread another must be to take a capture
         "fork_max": 0.60,  # a continuation below this that brings new topics forks a child
-        "fork_new_topics": 1.0,  # share of new topics that makes content a sub-task
+        "fork_new_topics": 0.6,  # share of new topics that makes content a sub-task
         "fork_min_messages": 3,  # only established threads fork
         "bridge": 0.30,  # similarity needed to create a bridge
         "recall_reactivate": 0.50,  # recall above this reactivates a suspended thread
@@ -2184,7 +2184,7 @@ def use_thread(thread, now, half_life_days, amount):
     thread["weight_at"] = now
 
 
-def decide(content_topics, candidates, cfg, sims=None, follow=None, opens_turn=True):
+def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None):
     """candidates: [(thread, cosine)], `sims` their similarity() to the content when the caller
     has it. Returns the decision with the scores behind it: CONTINUE / FORK (a sub-task of the
     best match) / REACTIVATE / NEW_THREAD.
@@ -2193,8 +2193,10 @@ def decide(content_topics, candidates, cfg, sims=None, follow=None, opens_turn=T
     up when it leads the next two candidates (their mean) by `margin`: one clear match among
     unrelated threads, at the low similarities short notes have. `follow` is the thread the
     content's turn went to (its prompt's): tool results and conclusions stay there unless
-    another thread is both above `continue` and `turn_margin` ahead. Only content that opens a
-    turn forks, and only from a match above `continue`."""
+    another thread is both above `continue` and `turn_margin` ahead. A prompt forks a sub-task
+    only from `current`, its session's current thread (True: any thread it resumes, for the
+    first prompt of a session), when that is its match above `continue` and the prompt's topics
+    are mostly new there."""
     th = cfg["thresholds"]
     if sims is None:
         sims = [similarity(cos, content_topics, t.get("topics")) for t, cos in candidates]
@@ -2222,7 +2224,7 @@ def decide(content_topics, candidates, cfg, sims=None, follow=None, opens_turn=T
         thread = best_active[2]
         known = {stem(x) for x in thread.get("topics", [])}
         new = [x for x in content_topics if stem(x) not in known]
-        if (opens_turn and content_topics and active_score < th["fork_max"]
+        if ((current is True or thread is current) and content_topics and active_score < th["fork_max"]
                 and len(thread["messages"]) >= th["fork_min_messages"]
                 and len(new) / len(content_topics) >= th["fork_new_topics"]):
             return dict(out, action="FORK", parent_id=thread["id"], score=active_score)
@@ -3780,10 +3782,13 @@ class MemoryWriter(MemoryIndex):
         ext["topics"] = self.specific_topics(ext["topics"])
         if entry["source"] == "prompt" and "rules" not in entry:  # "rules": stored when journaled
             self.add_rules(detect_rules(entry["text"]), now)
-        follow = self.turn_thread(entry, ext["topics"])
+        current = None
+        if entry["source"] == "prompt" and entry.get("session"):
+            current = self.session_thread(entry) or True
+        follow = self.turn_thread(entry, ext["topics"], current if current is not True else None)
         candidates = self.closeness(self.candidates(vec), vec)
         sims = [similarity(cos, ext["topics"], t.get("topics")) for t, cos in candidates]
-        decision = decide(ext["topics"], candidates, cfg, sims, follow, opens_turn=entry["source"] == "prompt")
+        decision = decide(ext["topics"], candidates, cfg, sims, follow, current)
         action = decision["action"]
         full = self.threads.get(decision["thread_id"])
         if full is not None and len(full["messages"]) >= MAX_THREAD_MESSAGES:
@@ -3840,7 +3845,14 @@ class MemoryWriter(MemoryIndex):
             "top": decision["top"], "borderline": decision["borderline"]}))
         return decision
 
-    def turn_thread(self, entry, topics):
+    def session_thread(self, entry):
+        """The thread of the latest message of this capture's session (None without one)."""
+        members = self.sessions.get(entry.get("session")) if entry.get("session") else None
+        if not members:
+            return None
+        return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[members[-1]]]])
+
+    def turn_thread(self, entry, topics, current=None):
         """The thread a capture follows, if any: for a tool result or a conclusion, the thread
         its turn's prompt went to (the message of the same `turn` id, else the session's latest
         prompt: entries drain in journal order); for a prompt of at most SHORT_PROMPT_TOPICS
@@ -3850,12 +3862,12 @@ class MemoryWriter(MemoryIndex):
         if not members:
             return None
         prompt = entry["source"] == "prompt"
-        if prompt and len(topics) > SHORT_PROMPT_TOPICS:
-            return None
+        if prompt:
+            return current if len(topics) <= SHORT_PROMPT_TOPICS else None
         turn, found = entry.get("turn"), None
         for mid in reversed(members[-TURN_LOOKBACK:]):
             msg = self.msgs[mid]
-            if prompt or (turn and msg.get("turn") == turn):
+            if turn and msg.get("turn") == turn:
                 found = mid
                 break
             if found is None and msg.get("source") == "prompt":

@@ -77,16 +77,21 @@ def test_reactivation_needs_0_50_and_beats_a_weaker_active_thread():
     assert ais.decide([], [(archived, 0.9)], CFG)["action"] == "REACTIVATE"
 
 
-def test_fork_only_for_a_turn_that_is_close_in_meaning_but_shares_no_topic():
+def test_fork_only_from_the_sessions_current_thread_when_most_topics_are_new():
     parent = thread("p", topics=["postgres", "migration", "orders"], messages=5)
-    subtask = ["replication", "lag", "replica", "monitoring"]
-    result = ais.decide(subtask, [(parent, 0.55)], CFG)  # 0.385: related, every topic new
+    subtask = ["postgres", "replication", "lag", "replica", "monitoring"]
+    result = ais.decide(subtask, [(parent, 0.3)], CFG, current=parent)  # 0.21 + 0.3 * 1 + 0.15
     assert result["action"] == "FORK" and result["parent_id"] == "p"
-    assert ais.decide(subtask, [(parent, 0.55)], CFG, opens_turn=False)["action"] == "CONTINUE"
-    # a shared topic: the same work, not a sub-task
-    assert ais.decide(["postgres", "lock", "timeout", "alter", "retry"], [(parent, 0.2)], CFG)["action"] == "CONTINUE"
+    # not the session's current work (a note, a tool result, another session's thread): continue
+    assert ais.decide(subtask, [(parent, 0.3)], CFG)["action"] == "CONTINUE"
+    assert ais.decide(subtask, [(parent, 0.3)], CFG, current=thread("q"))["action"] == "CONTINUE"
+    # the first prompt of a session may fork from the thread it resumes
+    assert ais.decide(subtask, [(parent, 0.3)], CFG, current=True)["action"] == "FORK"
+    # mostly known topics: the same work
+    same = ["postgres", "migration", "orders", "lock"]
+    assert ais.decide(same, [(parent, 0.3)], CFG, current=parent)["action"] == "CONTINUE"
     young = thread("y", topics=["postgres", "migration"], messages=1)
-    assert ais.decide(subtask, [(young, 0.55)], CFG)["action"] == "CONTINUE"
+    assert ais.decide(subtask, [(young, 0.3)], CFG, current=young)["action"] == "CONTINUE"
 
 
 def test_weight_halves_each_half_life_and_rises_with_use():
