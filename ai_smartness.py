@@ -179,8 +179,6 @@ SAID_SOURCES, TOOL_TOPIC_SHARE = frozenset({"prompt", "assistant"}), 0.5
 USE_BONUS = 0.1
 # Thread centroids a new capture is weighed against (every status).
 CANDIDATE_THREADS = 40
-# A thread's latest messages a new content is also compared with (see closeness).
-RECENT_MESSAGES = 8
 # A prompt with this many topics or fewer continues its session's current thread; a capture's
 # turn is looked for among its session's latest TURN_LOOKBACK messages.
 SHORT_PROMPT_TOPICS, TURN_LOOKBACK = 2, 200
@@ -2184,6 +2182,26 @@ def use_thread(thread, now, half_life_days, amount):
     thread["weight_at"] = now
 
 
+def describe(thread, msg, ext):
+    """Title and summary for a reader. The title is the first prompt's (a thread that a tool
+    result started is retitled by the first prompt it gets); the summary is that start,
+    then the agent's latest conclusion (what was done, what is next), else the latest
+    prompt, else the latest capture."""
+    msgs = thread["messages"]
+    if msg.get("source") == "prompt" and thread.get("title_from") != "prompt":
+        thread["title"], thread["title_from"] = ext["title"], "prompt"
+    start = next((m for m in msgs if m.get("source") == "prompt"), msgs[0])
+    if msg is start or len(msgs) == 1:
+        latest = ""
+    elif msg["source"] in SAID_SOURCES or not thread.get("said_at"):
+        latest = ext["summary"][:SUMMARY_LATEST_CHARS]
+        if msg["source"] in SAID_SOURCES:
+            thread["said_at"] = msg["ts"]
+    else:
+        return  # a tool result does not replace what the people said last
+    thread["summary"] = shorten(start["text"], SUMMARY_FIRST_CHARS) + (" … " + latest if latest else "")
+
+
 def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None):
     """candidates: [(thread, cosine)], `sims` their similarity() to the content when the caller
     has it. Returns the decision with the scores behind it: CONTINUE / FORK (a sub-task of the
@@ -3564,16 +3582,38 @@ class MemoryIndex:
         """Threads to weigh a new content against: best centroids of every status."""
         return [(self.threads[tid], c) for tid, c in self.tvec.top(vec, limit) if tid in self.threads]
 
-    def closeness(self, candidates, vec):
-        """[(thread, cosine)] with each cosine the mean of the centroid's and the nearest of the
-        thread's RECENT_MESSAGES latest messages': a thread of varied notes has a centroid far
-        from each of them, and work moves on (its latest messages say where it is now)."""
-        recent = {m["id"]: t["id"] for t, _ in candidates for m in t["messages"][-RECENT_MESSAGES:]}
-        nearest = {}
-        for mid, cos in self.mvec.scores(vec, recent).items():
-            tid = recent[mid]
-            nearest[tid] = max(cos, nearest.get(tid, -1.0))
-        return [(t, (cos + nearest.get(t["id"], cos)) / 2) for t, cos in candidates]
+    def session_thread(self, entry):
+        """The thread of the latest message of this capture's session (None without one)."""
+        members = self.sessions.get(entry.get("session")) if entry.get("session") else None
+        if not members:
+            return None
+        return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[members[-1]]]])
+
+    def turn_thread(self, entry, topics, current=None):
+        """The thread a capture follows, if any: for a tool result or a conclusion, the thread
+        its turn's prompt went to (the message of the same `turn` id, else the session's latest
+        prompt: entries drain in journal order); for a prompt of at most SHORT_PROMPT_TOPICS
+        topics ("continue", "fix the failing test"), the session's current thread. Sessionless
+        captures (notes) follow nothing."""
+        members = self.sessions.get(entry.get("session")) if entry.get("session") else None
+        if not members:
+            return None
+        prompt = entry["source"] == "prompt"
+        if prompt:
+            return current if len(topics) <= SHORT_PROMPT_TOPICS else None
+        turn, found = entry.get("turn"), None
+        for mid in reversed(members[-TURN_LOOKBACK:]):
+            msg = self.msgs[mid]
+            if turn and msg.get("turn") == turn:
+                found = mid
+                break
+            if found is None and msg.get("source") == "prompt":
+                found = mid
+                if not turn:
+                    break
+        if found is None:
+            return None
+        return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[found]]])
 
     def query_vector(self, text):
         """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
@@ -3786,7 +3826,7 @@ class MemoryWriter(MemoryIndex):
         if entry["source"] == "prompt" and entry.get("session"):
             current = self.session_thread(entry) or True
         follow = self.turn_thread(entry, ext["topics"], current if current is not True else None)
-        candidates = self.closeness(self.candidates(vec), vec)
+        candidates = self.candidates(vec)
         sims = [similarity(cos, ext["topics"], t.get("topics")) for t, cos in candidates]
         decision = decide(ext["topics"], candidates, cfg, sims, follow, current)
         action = decision["action"]
@@ -3845,39 +3885,6 @@ class MemoryWriter(MemoryIndex):
             "top": decision["top"], "borderline": decision["borderline"]}))
         return decision
 
-    def session_thread(self, entry):
-        """The thread of the latest message of this capture's session (None without one)."""
-        members = self.sessions.get(entry.get("session")) if entry.get("session") else None
-        if not members:
-            return None
-        return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[members[-1]]]])
-
-    def turn_thread(self, entry, topics, current=None):
-        """The thread a capture follows, if any: for a tool result or a conclusion, the thread
-        its turn's prompt went to (the message of the same `turn` id, else the session's latest
-        prompt: entries drain in journal order); for a prompt of at most SHORT_PROMPT_TOPICS
-        topics ("continue", "fix the failing test"), the session's current thread. Sessionless
-        captures (notes) follow nothing."""
-        members = self.sessions.get(entry.get("session")) if entry.get("session") else None
-        if not members:
-            return None
-        prompt = entry["source"] == "prompt"
-        if prompt:
-            return current if len(topics) <= SHORT_PROMPT_TOPICS else None
-        turn, found = entry.get("turn"), None
-        for mid in reversed(members[-TURN_LOOKBACK:]):
-            msg = self.msgs[mid]
-            if turn and msg.get("turn") == turn:
-                found = mid
-                break
-            if found is None and msg.get("source") == "prompt":
-                found = mid
-                if not turn:
-                    break
-        if found is None:
-            return None
-        return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[found]]])
-
     def _new_thread(self, ext, origin, now, parent=None):
         tid = new_id("t", now)
         thread = {"schema": SCHEMA, "id": tid, "title": ext["title"], "status": "active", "messages": [],
@@ -3924,30 +3931,10 @@ class MemoryWriter(MemoryIndex):
         thread["topics"] = [t for t, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:TOPICS_SHOWN]]
         if len(counts) > TALLY_MAX:  # keep the tally bounded
             thread["topic_counts"] = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:TALLY_KEPT])
-        self._describe(thread, msg, ext)
+        describe(thread, msg, ext)
         if ts_of(thread, "last_active") < now:
             thread["last_active"] = iso(now)
         use_thread(thread, now, self.cfg["half_life_days"], USE_BONUS)
-
-    @staticmethod
-    def _describe(thread, msg, ext):
-        """Title and summary for a reader. The title is the first prompt's (a thread that a tool
-        result started is retitled by the first prompt it gets); the summary is that start,
-        then the agent's latest conclusion (what was done, what is next), else the latest
-        prompt, else the latest capture."""
-        msgs = thread["messages"]
-        if msg.get("source") == "prompt" and thread.get("title_from") != "prompt":
-            thread["title"], thread["title_from"] = ext["title"], "prompt"
-        start = next((m for m in msgs if m.get("source") == "prompt"), msgs[0])
-        if msg is start or len(msgs) == 1:
-            latest = ""
-        elif msg["source"] in SAID_SOURCES or not thread.get("said_at"):
-            latest = ext["summary"][:SUMMARY_LATEST_CHARS]
-            if msg["source"] in SAID_SOURCES:
-                thread["said_at"] = msg["ts"]
-        else:
-            return  # a tool result does not replace what the people said last
-        thread["summary"] = shorten(start["text"], SUMMARY_FIRST_CHARS) + (" … " + latest if latest else "")
 
     def _maintain(self, touched_t, now):
         """Lifecycle and bridge pruning; returns the bridge ids dropped. Both scan everything,

@@ -33,18 +33,18 @@ def test_every_stream_holds_its_notes_once():
 
 
 def test_stdlib_embedder_groups_notes_and_keeps_them_mostly_pure(tmp_path):
-    """The hashing embedder only sees shared words. On the terse notes it groups them (10
-    threads, 14 before relative evidence) without mixing topics; over every stream purity
-    stays near 0.9 (it was 0.99 for 16 threads of mostly single notes)."""
+    """The hashing embedder only sees shared words, and these notes share few: it groups the
+    terse ones into 8 threads (14 before relative evidence) at purity 0.85; over every stream,
+    about 10 threads at purity 0.84 (it was 16 threads of mostly single notes at 0.99)."""
     _, members = replay(tmp_path / "terse", streams_data.streams()["terse-interleaved"], ais.HashEmbedder())
-    assert streams_data.purity(members) >= 0.95 and len(members) <= 10
+    assert streams_data.purity(members) >= 0.85 and len(members) <= 8
     purities, counts = [], []
     for name, stream in streams_data.streams().items():
         _, got = replay(tmp_path / name, stream, ais.HashEmbedder())
         purities.append(streams_data.purity(got))
         counts.append(len(got))
-    assert sum(purities) / len(purities) >= 0.85 and min(purities) >= 0.75
-    assert sum(counts) / len(counts) <= 12
+    assert sum(purities) / len(purities) >= 0.8 and min(purities) >= 0.7
+    assert sum(counts) / len(counts) <= 11
 
 
 def turn(mem, session, prompt, tools=(), conclusion=None, at=START, turn_id=None):
