@@ -2183,13 +2183,16 @@ def use_thread(thread, now, half_life_days, amount):
 
 
 def describe(thread, msg, ext):
-    """Title and summary for a reader. The title is the first prompt's (a thread that a tool
-    result started is retitled by the first prompt it gets); the summary is that start,
-    then the agent's latest conclusion (what was done, what is next), else the latest
-    prompt, else the latest capture."""
+    """Title and summary for a reader. The title is the first prompt's that says what the work
+    is: a thread that a tool result or a short prompt ("still not working", "/start-apps")
+    started is retitled by the first prompt of more than SHORT_PROMPT_TOPICS topics it gets;
+    the summary is the start, then the agent's latest conclusion (what was done, what is
+    next), else the latest prompt, else the latest capture."""
     msgs = thread["messages"]
     if msg.get("source") == "prompt" and thread.get("title_from") != "prompt":
-        thread["title"], thread["title_from"] = ext["title"], "prompt"
+        short = len(ext["topics"]) <= SHORT_PROMPT_TOPICS
+        if not (short and thread.get("title_from") == "short"):
+            thread["title"], thread["title_from"] = ext["title"], "short" if short else "prompt"
     start = next((m for m in msgs if m.get("source") == "prompt"), msgs[0])
     if msg is start or len(msgs) == 1:
         latest = ""

@@ -125,3 +125,26 @@ def test_thread_topics_lean_on_what_people_said(project):
         "$ cat big.log\nwarning warning warning warning warning warning timeout timeout timeout"])[0]
     topics = mem.threads[tid]["topics"]
     assert topics.index("invoice") < topics.index("warning")
+
+
+def test_a_thread_a_short_prompt_started_is_retitled_by_the_first_real_one():
+    thread = {"title": "", "messages": [], "summary": ""}
+
+    def add(text, source="prompt", origin="prompt"):
+        msg = {"id": f"m{len(thread['messages'])}", "ts": ais.iso(START), "source": source, "text": text}
+        ext = ais.EXTRACTOR.extract(text, origin)
+        thread["title"] = thread["title"] or ext["title"]  # as _new_thread sets it
+        thread["messages"].append(msg)
+        ais.describe(thread, msg, ext)
+    add("$ npm run dev (Start the dev servers)\nvite ready", "tool:Bash", "command")
+    assert thread["title"] == "Start the dev servers"
+    add("/start-apps")
+    assert thread["title"] == "/start-apps"
+    add("still broken")
+    assert thread["title"] == "/start-apps"  # one short prompt does not replace another
+    add("Make the vite dev server proxy the SDK requests to the backend. Then restart it.")
+    assert thread["title"] == "Make the vite dev server proxy the SDK requests to the backend."
+    add("Also log every proxied request with its status and duration")
+    assert thread["title"].startswith("Make the vite dev server")
+    add("Done: requests to /sdk go to the backend now. Next: add the log line.", "assistant")
+    assert thread["summary"] == "/start-apps … Done: requests to /sdk go to the backend now. Next: add the log line."
