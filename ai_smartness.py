@@ -97,9 +97,11 @@ DEFAULT_CONFIG = {
     "thresholds": {
         "continue": 0.35,  # continue the best active thread at or above this
         "reactivate": 0.50,  # reactivate a suspended/archived thread at or above this
-        "borderline": 0.15,  # 0.15..continue: an LLM could decide; without one, similarity does
+        "borderline": 0.10,  # borderline..continue: the best thread continues only when clearly ahead
+        "margin": 0.08,  # how far ahead of the next two threads "clearly ahead" is
+        "turn_margin": 0.15,  # how far ahead of its turn's thread another must be to take a capture
         "fork_max": 0.60,  # a continuation below this that brings new topics forks a child
-        "fork_new_topics": 0.6,  # share of new topics that makes content a sub-topic
+        "fork_new_topics": 0.6,  # share of new topics that makes content a sub-task
         "fork_min_messages": 3,  # only established threads fork
         "bridge": 0.30,  # similarity needed to create a bridge
         "recall_reactivate": 0.50,  # recall above this reactivates a suspended thread
@@ -172,10 +174,16 @@ SESSION_GAP_SECONDS = 1800
 TOPIC_RANK_STEP, TOPICS_SHOWN, TALLY_MAX, TALLY_KEPT = 0.1, 8, 60, 40
 # A thread's summary: its first message cut to this length, then the latest capture's summary.
 SUMMARY_FIRST_CHARS, SUMMARY_LATEST_CHARS = 160, 140
+# Sources whose words are a person's (the user's prompts, the agent's conclusions), and the
+# share of a thread's topic tally a tool result's topics get beside them.
+SAID_SOURCES, TOOL_TOPIC_SHARE = frozenset({"prompt", "assistant"}), 0.5
 # Weight a thread gains each time it is used (a capture, a reactivation by recall).
 USE_BONUS = 0.1
 # Thread centroids a new capture is weighed against (every status).
 CANDIDATE_THREADS = 40
+# A prompt with this many topics or fewer continues its session's current thread; a capture's
+# turn is looked for among its session's latest TURN_LOOKBACK messages.
+SHORT_PROMPT_TOPICS, TURN_LOOKBACK = 2, 200
 # Related threads a capture may bridge to.
 BRIDGE_CANDIDATES = 5
 # Large stores: threads (by centroid and by best lexical match) whose messages get a dense score.
@@ -1555,7 +1563,23 @@ still just well much many some time today yesterday tomorrow line lines read wro
 edited result results output error errors value values test tests data text content message
 fichier code chose faire voir besoin archivo cosa hacer ver necesito
 """.split())
+# Keywords, built-ins and markup of the common languages: code read or written names no topic.
+CODE_WORDS = frozenset("""
+def class self cls return import from export default const let var function async await yield
+lambda true false none null undefined nil void int str string bool boolean float double char
+number object array list dict map set tuple type interface enum struct impl pub fn mut static
+public private protected final abstract extends implements new this super try catch except
+finally raise throw throws else elif switch case break continue while for pass assert del
+print println console log printf echo sudo cat grep sed awk head tail ls cd mkdir rm cp mv
+div span img href src alt html body head script style button input label form classname
+class_name props prop state useeffect usestate onclick onchange key ref children react.fc
+px rem em vh vw rgb rgba hex auto flex none inherit important margin padding width height
+color font size display position absolute relative border tsx jsx yml yaml toml txt
+""".split())
 _WORD_RE = LazyRe(r"[^\W_][\w'’-]*[^\W_]|[^\W_]", re.U)
+# A path with a directory part: only its last part names something (the folders are the
+# install location, /tmp, a home).
+_PATH_RE = LazyRe(r"(?:[A-Za-z]:)?(?:~|\.{1,2})?(?:[/\\][\w.@+-]+){2,}|(?:[\w.@+-]+/){2,}[\w.@+-]+")
 _PART_RE = LazyRe(r"[^\W_]+", re.U)
 # Word parts joined by _ or . (one scan finds words and identifiers alike, without the
 # backtracking of a pattern that needs a separator).
@@ -1794,19 +1818,27 @@ class HeuristicExtractor:
 
     @staticmethod
     def title(body, origin, file_path):
+        """What the work is: a prompt's or a conclusion's first sentence; for a tool result, the
+        file it touched or the command's own description, never the path or output echoed."""
         first = re.split(r"(?<=[.!?])\s|\n", body.strip(), maxsplit=1)[0] if body else ""
         if file_path and origin in ("file_read", "file_write"):
-            first = os.path.basename(file_path) + (": " + first if first else "")
+            verb = first.split(" ", 1)[0] if first.split(" ", 1)[0] in ("Read", "Wrote", "Edited") else ""
+            first = (verb + " " if verb else "") + os.path.basename(file_path.rstrip("/\\"))
+        elif origin == "command" and first.startswith("$ "):
+            desc = re.search(r" \(([^()]{3,200})\)$", first)
+            first = desc.group(1) if desc else _PATH_RE.sub(lambda m: re.split(r"[/\\]", m.group(0))[-1], first)
         return shorten(first or origin, 70)
 
     @staticmethod
     def topics(body, file_path=None, limit=6):
         counts, order = {}, []
+        body = _PATH_RE.sub(lambda m: " " + re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1] + " ", body)
         for raw in _WORD_RE.findall(body):
             word = raw.lower().strip("'’-")
-            if (len(word) < 3 or word in STOPWORDS or word in GENERIC_WORDS or word.isdigit()
-                    or word in ACKNOWLEDGEMENTS):
-                continue
+            if (len(word) < 3 or word in STOPWORDS or word in GENERIC_WORDS or word in CODE_WORDS
+                    or word in ACKNOWLEDGEMENTS or word[0].isdigit() or word.startswith("--")
+                    or sum(c.isdigit() for c in word) * 2 >= len(word)):
+                continue  # numbers, sizes (1rem), dates, versions and flags name no concept
             # Identifiers and acronyms name topics better than prose words. (isalpha() and
             # islower() first: they answer for most words without a scan in Python.)
             bonus = 1.0 + (0.5 if ("_" in raw or raw.isupper()
@@ -2269,10 +2301,42 @@ def use_thread(thread, now, half_life_days, amount):
     thread["weight_at"] = now
 
 
-def decide(content_topics, candidates, cfg, sims=None):
+def describe(thread, msg, ext):
+    """Title and summary for a reader. The title is the first prompt's that says what the work
+    is: a thread that a tool result or a short prompt ("still not working", "/start-apps")
+    started is retitled by the first prompt of more than SHORT_PROMPT_TOPICS topics it gets;
+    the summary is the start, then the agent's latest conclusion (what was done, what is
+    next), else the latest prompt, else the latest capture."""
+    msgs = thread["messages"]
+    if msg.get("source") == "prompt" and thread.get("title_from") != "prompt":
+        short = len(ext["topics"]) <= SHORT_PROMPT_TOPICS
+        if not (short and thread.get("title_from") == "short"):
+            thread["title"], thread["title_from"] = ext["title"], "short" if short else "prompt"
+    start = next((m for m in msgs if m.get("source") == "prompt"), msgs[0])
+    if msg is start or len(msgs) == 1:
+        latest = ""
+    elif msg["source"] in SAID_SOURCES or not thread.get("said_at"):
+        latest = ext["summary"][:SUMMARY_LATEST_CHARS]
+        if msg["source"] in SAID_SOURCES:
+            thread["said_at"] = msg["ts"]
+    else:
+        return  # a tool result does not replace what the people said last
+    thread["summary"] = shorten(start["text"], SUMMARY_FIRST_CHARS) + (" … " + latest if latest else "")
+
+
+def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None):
     """candidates: [(thread, cosine)], `sims` their similarity() to the content when the caller
-    has it. Returns the decision with the scores behind it: CONTINUE / FORK (a sub-topic of
-    the best match) / REACTIVATE / NEW_THREAD."""
+    has it. Returns the decision with the scores behind it: CONTINUE / FORK (a sub-task of the
+    best match) / REACTIVATE / NEW_THREAD.
+
+    Evidence is relative: the best active thread is continued at `continue`, or from `borderline`
+    up when it leads the next two candidates (their mean) by `margin`: one clear match among
+    unrelated threads, at the low similarities short notes have. `follow` is the thread the
+    content's turn went to (its prompt's): tool results and conclusions stay there unless
+    another thread is both above `continue` and `turn_margin` ahead. A prompt forks a sub-task
+    only from `current`, its session's current thread (True: any thread it resumes, for the
+    first prompt of a session), when that is its match above `continue` and the prompt's topics
+    are mostly new there."""
     th = cfg["thresholds"]
     if sims is None:
         sims = [similarity(cos, content_topics, t.get("topics")) for t, cos in candidates]
@@ -2282,6 +2346,17 @@ def decide(content_topics, candidates, cfg, sims=None):
     out = {"top": [{"thread_id": t["id"], "score": round(s, 4), "cosine": round(c, 4),
                     "status": t["status"]} for s, c, t in scored[:3]],
            "borderline": False, "thread_id": None, "parent_id": None}
+
+    def lead(entry):  # its score less the mean of the next two: a piece of the same work close
+        # behind (a thread an earlier note started) does not hide a lead over the rest
+        others = [s[0] for s in scored if s[2] is not entry[2]][:2]
+        return entry[0] - (sum(others) / len(others) if others else 0.0)
+    if follow is not None:
+        own = next((s for s in scored if s[2] is follow), (0.0, 0.0, follow))
+        rival = next((s for s in scored if s[2] is not follow), None)
+        if rival is None or rival[0] < th["continue"] or rival[0] - own[0] < th["turn_margin"]:
+            action = "CONTINUE" if follow["status"] == "active" else "REACTIVATE"
+            return dict(out, action=action, thread_id=follow["id"], score=own[0], reason="turn")
     active_score = best_active[0] if best_active else 0.0
     if best_dormant and best_dormant[0] >= th["reactivate"] and best_dormant[0] > active_score:
         return dict(out, action="REACTIVATE", thread_id=best_dormant[2]["id"], score=best_dormant[0])
@@ -2289,12 +2364,13 @@ def decide(content_topics, candidates, cfg, sims=None):
         thread = best_active[2]
         known = {stem(x) for x in thread.get("topics", [])}
         new = [x for x in content_topics if stem(x) not in known]
-        if (content_topics and active_score < th["fork_max"]
+        if ((current is True or thread is current) and content_topics and active_score < th["fork_max"]
                 and len(thread["messages"]) >= th["fork_min_messages"]
                 and len(new) / len(content_topics) >= th["fork_new_topics"]):
             return dict(out, action="FORK", parent_id=thread["id"], score=active_score)
         return dict(out, action="CONTINUE", thread_id=thread["id"], score=active_score)
-    # Borderline: an LLM could arbitrate here; none is configured, so similarity decides.
+    if best_active and active_score >= th["borderline"] and lead(best_active) >= th["margin"]:
+        return dict(out, action="CONTINUE", thread_id=best_active[2]["id"], score=active_score, reason="ahead")
     return dict(out, action="NEW_THREAD", score=active_score,
                 borderline=bool(best_active) and active_score >= th["borderline"])
 
@@ -4234,6 +4310,39 @@ class MemoryIndex:
         """Threads to weigh a new content against: best centroids of every status."""
         return [(self.threads[tid], c) for tid, c in self.tvec.top(vec, limit) if tid in self.threads]
 
+    def session_thread(self, entry):
+        """The thread of the latest message of this capture's session (None without one)."""
+        members = self.sessions.get(entry.get("session")) if entry.get("session") else None
+        if not members:
+            return None
+        return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[members[-1]]]])
+
+    def turn_thread(self, entry, topics, current=None):
+        """The thread a capture follows, if any: for a tool result or a conclusion, the thread
+        its turn's prompt went to (the message of the same `turn` id, else the session's latest
+        prompt: entries drain in journal order); for a prompt of at most SHORT_PROMPT_TOPICS
+        topics ("continue", "fix the failing test"), the session's current thread. Sessionless
+        captures (notes) follow nothing."""
+        members = self.sessions.get(entry.get("session")) if entry.get("session") else None
+        if not members:
+            return None
+        prompt = entry["source"] == "prompt"
+        if prompt:
+            return current if len(topics) <= SHORT_PROMPT_TOPICS else None
+        turn, found = entry.get("turn"), None
+        for mid in reversed(members[-TURN_LOOKBACK:]):
+            msg = self.msgs[mid]
+            if turn and msg.get("turn") == turn:
+                found = mid
+                break
+            if found is None and msg.get("source") == "prompt":
+                found = mid
+                if not turn:
+                    break
+        if found is None:
+            return None
+        return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[found]]])
+
     def query_vector(self, text):
         """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
         search of one prompt embed it once, and so does the drain storing it."""
@@ -4450,9 +4559,13 @@ class MemoryWriter(MemoryIndex):
         ext["topics"] = self.specific_topics(ext["topics"])
         if entry["source"] == "prompt" and "rules" not in entry:  # "rules": stored when journaled
             self.add_rules(detect_rules(entry["text"]), now, mid)
+        current = None
+        if entry["source"] == "prompt" and entry.get("session"):
+            current = self.session_thread(entry) or True
+        follow = self.turn_thread(entry, ext["topics"], current if current is not True else None)
         candidates = self.candidates(vec)
         sims = [similarity(cos, ext["topics"], t.get("topics")) for t, cos in candidates]
-        decision = decide(ext["topics"], candidates, cfg, sims)
+        decision = decide(ext["topics"], candidates, cfg, sims, follow, current)
         action = decision["action"]
         full = self.threads.get(decision["thread_id"])
         if full is not None and len(full["messages"]) >= MAX_THREAD_MESSAGES:
@@ -4478,6 +4591,8 @@ class MemoryWriter(MemoryIndex):
         for key in ("file", "session"):
             if entry.get(key):
                 msg[key] = entry[key]
+        if entry.get("turn"):
+            msg["turn"] = entry["turn"]
         if isinstance(entry.get("command"), str):
             msg["command"] = entry["command"]
             if entry.get("failed"):
@@ -4574,14 +4689,16 @@ class MemoryWriter(MemoryIndex):
         if msg.get("files"):
             note_thread_files(thread, msg)
         counts = thread.setdefault("topic_counts", {})
+        # The words of the people (prompts, conclusions) say what the work is more than the
+        # code and output the tools bring back.
+        said = msg.get("source") in SAID_SOURCES
+        share = 1.0 if said else TOOL_TOPIC_SHARE
         for rank, topic in enumerate(ext["topics"]):
-            counts[topic] = round(counts.get(topic, 0) + 1.0 - rank * TOPIC_RANK_STEP, 3)
+            counts[topic] = round(counts.get(topic, 0) + share * (1.0 - rank * TOPIC_RANK_STEP), 3)
         thread["topics"] = [t for t, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:TOPICS_SHOWN]]
         if len(counts) > TALLY_MAX:  # keep the tally bounded
             thread["topic_counts"] = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:TALLY_KEPT])
-        first = thread["messages"][0]
-        thread["summary"] = shorten(first["text"], SUMMARY_FIRST_CHARS) + (
-            " … " + ext["summary"][:SUMMARY_LATEST_CHARS] if len(thread["messages"]) > 1 else "")
+        describe(thread, msg, ext)
         if ts_of(thread, "last_active") < now:
             thread["last_active"] = iso(now)
         use_thread(thread, now, self.cfg["half_life_days"], USE_BONUS)
@@ -5973,13 +6090,22 @@ def journal(store, entry, name=None):
             release_budget()
 
 
+def with_turn(entry, payload):
+    """A capture entry with the user turn it belongs to (the payload's prompt_id, when the
+    client sends one): the drain keeps a turn's tool results and conclusion in its thread."""
+    turn = payload.get("prompt_id")
+    if entry and isinstance(turn, str) and turn:
+        entry["turn"] = clean_field(turn, 100)
+    return entry
+
+
 def journal_prompt(store, payload):
     """Journal the prompt of an inject payload under its CAPTURE_KEY, once: what the process
     shell journaled before asking the daemon is not written again."""
     prompt = payload.get("prompt")
     if payload.get(JOURNALED_KEY) or not isinstance(prompt, str) or not prompt.strip():
         return payload.get(CAPTURE_KEY) if payload.get(JOURNALED_KEY) else None
-    cid = journal(store, prepare_capture(prompt, "prompt", session_id=payload.get("session_id")),
+    cid = journal(store, with_turn(prepare_capture(prompt, "prompt", session_id=payload.get("session_id")), payload),
                   payload.get(CAPTURE_KEY))
     if cid:
         payload[CAPTURE_KEY], payload[JOURNALED_KEY] = cid, True
@@ -6040,9 +6166,9 @@ def hook_capture(store, payload, mem):
     cap = tool_capture(payload, store.dir)
     if not cap:
         return ""
-    journal(store, prepare_capture(cap["text"], cap["source"], cap["file"], session_id=payload.get("session_id"),
-                                   origin=cap["origin"], files=cap.get("files"), op=cap.get("op"),
-                                   command=cap.get("command")), payload.get(CAPTURE_KEY))
+    journal(store, with_turn(prepare_capture(cap["text"], cap["source"], cap["file"], session_id=payload.get("session_id"),
+                                             origin=cap["origin"], files=cap.get("files"), op=cap.get("op"),
+                                             command=cap.get("command")), payload), payload.get(CAPTURE_KEY))
     return ""
 
 
@@ -6056,9 +6182,10 @@ def hook_failure(store, payload, mem):
         return ""
     command, _, error = cap["text"].partition("\n")
     cap["text"] = f"{command} [failed]\n{error}"
-    journal(store, prepare_capture(cap["text"], cap["source"], session_id=payload.get("session_id"),
-                                   origin=cap["origin"], files=cap.get("files"), op=cap.get("op"), failed=True,
-                                   command=cap.get("command")), payload.get(CAPTURE_KEY))
+    journal(store, with_turn(prepare_capture(cap["text"], cap["source"], session_id=payload.get("session_id"),
+                                             origin=cap["origin"], files=cap.get("files"), op=cap.get("op"),
+                                             failed=True, command=cap.get("command")), payload),
+            payload.get(CAPTURE_KEY))
     return ""
 
 
@@ -6068,7 +6195,7 @@ def hook_stop(store, payload, mem):
     if not isinstance(text, str) or not text.strip():
         text = last_assistant_text(payload.get("transcript_path"))
     if text:
-        journal(store, prepare_capture(text, "assistant", session_id=payload.get("session_id")))
+        journal(store, with_turn(prepare_capture(text, "assistant", session_id=payload.get("session_id")), payload))
     hb = store.heartbeat()
     done = {"last_conclusion": cut_redacted(conclusion_of(strip_markup(text)), FIELD_CHARS)} if text else {}
     store.update_heartbeat(beats=int(hb.get("beats", 0)) + 1, last_session=payload.get("session_id"),

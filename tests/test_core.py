@@ -29,20 +29,42 @@ def test_topic_overlap_matches_stems_but_exact_bonus_needs_equal_words():
 
 @pytest.mark.parametrize("cos,action", [(0.51, "CONTINUE"), (0.49, "NEW_THREAD")])
 def test_continue_threshold(cos, action):
-    # 0.7 * cos alone (no topics): 0.357 continues, 0.343 does not.
-    result = ais.decide([], [(thread("t1"), cos)], CFG)
+    # 0.7 * cos alone (no topics): 0.357 continues, 0.343 does not when another thread is as close.
+    result = ais.decide([], [(thread("t1"), cos), (thread("t2"), cos - 0.01)], CFG)
     assert result["action"] == action
     assert result["score"] == pytest.approx(0.7 * cos)
     assert result["thread_id"] == ("t1" if action == "CONTINUE" else None)
-    assert result["top"] == [{"thread_id": "t1", "score": round(0.7 * cos, 4), "cosine": cos, "status": "active"}]
+    assert result["top"][0] == {"thread_id": "t1", "score": round(0.7 * cos, 4), "cosine": cos, "status": "active"}
 
 
-def test_borderline_zone_is_recorded_and_decided_by_similarity():
-    result = ais.decide([], [(thread("t1"), 0.3)], CFG)  # 0.21: between 0.15 and 0.35
-    assert result["action"] == "NEW_THREAD" and result["borderline"]
-    assert result["score"] == pytest.approx(0.21) and result["thread_id"] is None
+def test_below_continue_the_best_thread_continues_only_when_clearly_ahead():
+    # 0.21 against 0.105: ahead by more than the margin (0.08)
+    ahead = ais.decide([], [(thread("t1"), 0.3), (thread("t2"), 0.15)], CFG)
+    assert ahead["action"] == "CONTINUE" and ahead["thread_id"] == "t1" and ahead["reason"] == "ahead"
+    # 0.21 against 0.175: too close to tell, a new thread (recorded as borderline)
+    close = ais.decide([], [(thread("t1"), 0.3), (thread("t2"), 0.25)], CFG)
+    assert close["action"] == "NEW_THREAD" and close["borderline"] and close["thread_id"] is None
+    # the lead is over the mean of the next two: 0.21 against (0.175 + 0) / 2
+    assert ais.decide([], [(thread("t1"), 0.3), (thread("t2"), 0.25), (thread("t3"), 0.0)], CFG)["action"] == "CONTINUE"
+    assert ais.decide([], [(thread("t1"), 0.3), (thread("t2"), 0.25), (thread("t3"), 0.2)], CFG)["action"] == "NEW_THREAD"
+    # alone but under the floor (0.07 < 0.10): nothing is close
     far = ais.decide([], [(thread("t1"), 0.1)], CFG)
-    assert not far["borderline"]
+    assert far["action"] == "NEW_THREAD" and not far["borderline"]
+    # a dormant thread is a rival too
+    dormant = ais.decide([], [(thread("t1"), 0.3), (thread("s", status="suspended"), 0.28)], CFG)
+    assert dormant["action"] == "NEW_THREAD"
+
+
+def test_a_turn_stays_in_its_thread_unless_another_is_strong_and_clearly_ahead():
+    turn = thread("turn")
+    weak = ais.decide([], [(thread("other"), 0.6), (turn, 0.45)], CFG, follow=turn)  # 0.42 vs 0.315
+    assert weak["action"] == "CONTINUE" and weak["thread_id"] == "turn" and weak["reason"] == "turn"
+    # not among the candidates at all: still its turn's thread
+    assert ais.decide([], [(thread("other"), 0.4)], CFG, follow=turn)["thread_id"] == "turn"
+    strong = ais.decide([], [(thread("other"), 0.8), (turn, 0.1)], CFG, follow=turn)
+    assert strong["action"] == "CONTINUE" and strong["thread_id"] == "other"
+    asleep = thread("turn", status="suspended")
+    assert ais.decide([], [], CFG, follow=asleep)["action"] == "REACTIVATE"
 
 
 def test_reactivation_needs_0_50_and_beats_a_weaker_active_thread():
@@ -55,13 +77,21 @@ def test_reactivation_needs_0_50_and_beats_a_weaker_active_thread():
     assert ais.decide([], [(archived, 0.9)], CFG)["action"] == "REACTIVATE"
 
 
-def test_fork_when_weak_match_brings_mostly_new_topics_to_an_established_thread():
+def test_fork_only_from_the_sessions_current_thread_when_most_topics_are_new():
     parent = thread("p", topics=["postgres", "migration", "orders"], messages=5)
-    result = ais.decide(["postgres", "lock", "timeout", "alter", "retry"], [(parent, 0.2)], CFG)
-    # 0.14 + 0.3*1 + 0.15 = 0.59: continues the topic but 4/5 topics are new -> FORK
+    subtask = ["postgres", "replication", "lag", "replica", "monitoring"]
+    result = ais.decide(subtask, [(parent, 0.3)], CFG, current=parent)  # 0.21 + 0.3 * 1 + 0.15
     assert result["action"] == "FORK" and result["parent_id"] == "p"
+    # not the session's current work (a note, a tool result, another session's thread): continue
+    assert ais.decide(subtask, [(parent, 0.3)], CFG)["action"] == "CONTINUE"
+    assert ais.decide(subtask, [(parent, 0.3)], CFG, current=thread("q"))["action"] == "CONTINUE"
+    # the first prompt of a session may fork from the thread it resumes
+    assert ais.decide(subtask, [(parent, 0.3)], CFG, current=True)["action"] == "FORK"
+    # mostly known topics: the same work
+    same = ["postgres", "migration", "orders", "lock"]
+    assert ais.decide(same, [(parent, 0.3)], CFG, current=parent)["action"] == "CONTINUE"
     young = thread("y", topics=["postgres", "migration"], messages=1)
-    assert ais.decide(["postgres", "lock", "timeout", "alter", "retry"], [(young, 0.2)], CFG)["action"] == "CONTINUE"
+    assert ais.decide(subtask, [(young, 0.3)], CFG, current=young)["action"] == "CONTINUE"
 
 
 def test_weight_halves_each_half_life_and_rises_with_use():

@@ -1,0 +1,166 @@
+"""Labelled note streams for thread decisions: what a new user jots down while working on a few
+things at once, each note tagged with the topic it belongs to. Unlike topics_data.py, the topic
+word is not in every note: notes say what was done, asked or found, in varied words.
+
+purity(threads, owner) and fragmentation(threads, owner) are the measures (bench/threads.py
+prints them for every stream and embedder; tests/test_threads.py asserts them)."""
+import collections
+import random
+
+# A new user's notes on three tasks, three phrasings of each.
+PG = {
+    "terse": [
+        "postgres migration: add tenant_id to orders",
+        "backfill tenant_id in batches of 10k rows",
+        "migration locks the orders table for too long on staging",
+        "set lock_timeout and retry the ALTER",
+        "create the index concurrently, outside the transaction",
+        "down script drops the column again",
+        "migration ran on staging, row counts match",
+    ],
+    "prose": [
+        "Today I start the database migration that adds a tenant column to the orders table in Postgres.",
+        "The backfill of existing rows has to run in small batches so the replicas keep up.",
+        "On staging the ALTER TABLE waited on a lock held by the nightly report query.",
+        "I added lock_timeout to the migration and a retry loop around the schema change.",
+        "The new index on tenant_id must be built concurrently, so it cannot run inside the transaction.",
+        "Wrote the rollback script: it drops the tenant column and the index.",
+        "Staging is migrated; counts before and after the schema change are identical.",
+    ],
+    "questions": [
+        "How do I add a NOT NULL tenant_id column to a big Postgres table without downtime?",
+        "Should the backfill update the orders rows in batches or in one statement?",
+        "Why does ALTER TABLE hang on staging while the reporting job runs?",
+        "Is lock_timeout with a retry enough to make the schema migration safe?",
+        "Can CREATE INDEX CONCURRENTLY run inside a migration transaction?",
+        "What should the down migration do with the data in the dropped column?",
+        "The database migration finished on staging: anything left to check before production?",
+    ],
+}
+REACT = {
+    "terse": [
+        "React login form: email + password fields",
+        "show a validation message under the email input",
+        "disable the submit button while the request is pending",
+        "login form loses focus after a failed attempt",
+        "store the session token from the login response in context",
+        "remember-me checkbox on the sign-in page",
+        "snapshot test for the login component",
+    ],
+    "prose": [
+        "Building the sign-in screen in React: an email field, a password field and a submit button.",
+        "Invalid email addresses should show an inline error under the input as the user types.",
+        "While the authentication request is in flight, the button is disabled and shows a spinner.",
+        "After a wrong password the form clears and the cursor jumps away; keep focus on the password box.",
+        "The access token returned by the auth endpoint goes into a React context provider.",
+        "Added a 'keep me signed in' checkbox that persists the session in localStorage.",
+        "The LoginForm component now has a test with React Testing Library.",
+    ],
+    "questions": [
+        "What is the cleanest way to build a login form in React with hooks?",
+        "How do I show a field error under the email input when the address is invalid?",
+        "Should the sign-in button be disabled until the fetch resolves?",
+        "Why does the password field lose focus when the login fails?",
+        "Where should the user's auth token live after a successful sign-in, context or redux?",
+        "How does a remember-me option usually keep the user logged in?",
+    ],
+}
+CI = {
+    "terse": [
+        "CI flaky tests: checkout spec fails one run in five",
+        "flaky test depends on the order the specs run in",
+        "GitHub Actions job times out waiting for the browser",
+        "quarantine the unstable e2e specs behind a tag",
+        "retry failed jobs once in the workflow",
+        "seed the random generator so the pipeline is reproducible",
+    ],
+    "prose": [
+        "The build pipeline is red again: the checkout test passes locally and fails on the runner.",
+        "The intermittent failure only happens when the suite runs in parallel shards.",
+        "A GitHub Actions step waits on a headless Chrome that sometimes never starts.",
+        "Moved the unreliable end-to-end tests to a separate job that does not block merges.",
+        "The workflow now retries a failed job once before reporting it.",
+        "Fixed the random seed in the test runner so failures can be reproduced.",
+    ],
+    "questions": [
+        "Why does the checkout test fail on CI but never on my machine?",
+        "Could the intermittent failures come from tests sharing state between parallel runs?",
+        "How do I stop the GitHub Actions job from timing out while Chrome starts?",
+        "Is it acceptable to quarantine flaky end-to-end tests instead of fixing them now?",
+        "Should the workflow retry failed jobs automatically?",
+        "How can I make a failing test run reproducible with a fixed random seed?",
+        "The pipeline has been green for a week: can we remove the retries?",
+    ],
+}
+# A fourth task, for streams of four topics.
+DOCKER = [
+    "the Docker image is 1.2 GB, way too big",
+    "switch the Dockerfile to a multi-stage build",
+    "use python:3.12-slim as the base image",
+    "add a .dockerignore so node_modules is not copied into the build context",
+    "image is now 180 MB; push it to the registry",
+]
+TASKS = {"postgres": PG, "react": REACT, "ci": CI}
+
+
+def _round_robin(groups):
+    out = []
+    for i in range(max(len(v) for v in groups.values())):
+        for name, texts in groups.items():
+            if i < len(texts):
+                out.append((name, texts[i]))
+    return out
+
+
+def _blocks(groups):
+    return [(name, text) for name, texts in groups.items() for text in texts]
+
+
+def _shuffled(groups, seed):
+    """Each topic's notes in their order, the topics mixed at random (a fixed seed)."""
+    rng = random.Random(seed)
+    queues = {name: list(texts) for name, texts in groups.items()}
+    out = []
+    while any(queues.values()):
+        name = rng.choice([n for n, q in queues.items() if q])
+        out.append((name, queues[name].pop(0)))
+    return out
+
+
+def streams():
+    """name -> [(topic, text)]: each phrasing interleaved, in blocks and mixed at random; a
+    stream mixing the phrasings; four topics interleaved."""
+    out = {}
+    for style in ("terse", "prose", "questions"):
+        groups = {name: task[style] for name, task in TASKS.items()}
+        assert sum(map(len, groups.values())) == 20
+        out[f"{style}-interleaved"] = _round_robin(groups)
+        out[f"{style}-blocks"] = _blocks(groups)
+        out[f"{style}-mixed"] = _shuffled(groups, seed=len(style))
+    styles = ("terse", "prose", "questions")
+    mixed = {name: [task[styles[(i + k) % 3]][i] for i in range(7) if i < len(task[styles[(i + k) % 3]])]
+             for k, (name, task) in enumerate(TASKS.items())}
+    out["styles-interleaved"] = _round_robin(mixed)
+    four = {name: task["terse"] for name, task in TASKS.items()}
+    four["docker"] = DOCKER
+    out["four-interleaved"] = _round_robin(four)
+    return out
+
+
+def purity(members):
+    """members: {thread: [topic of each message]} -> share of messages in their thread's
+    majority topic."""
+    total = sum(len(m) for m in members.values())
+    return sum(collections.Counter(m).most_common(1)[0][1] for m in members.values() if m) / total
+
+
+def fragmentation(members):
+    """Threads per topic: 1.0 is one thread each."""
+    topics = {t for m in members.values() for t in m}
+    return sum(1 for m in members.values() if m) / len(topics)
+
+
+def singles(members):
+    """Share of threads with a single message."""
+    kept = [m for m in members.values() if m]
+    return sum(1 for m in kept if len(m) == 1) / len(kept)
