@@ -4135,6 +4135,19 @@ class MemoryIndex:
             self._files = table
         return self._files
 
+    def message_files(self, entry):
+        """{"files", "op"} of a journaled capture as its message keeps them ({} for none): a
+        tool's files (a command's words only when they hold a folder or name a known file),
+        else the known files a prompt or an answer names."""
+        files = entry.get("files")
+        if isinstance(files, list) and entry.get("op") in FILE_OPS.values():
+            files = [f for f in files if isinstance(f, str) and f][:MAX_CAPTURE_FILES]
+            if entry["op"] == "run":
+                files = self.file_table().known(files)
+            return {"files": files, "op": entry["op"]} if files else {}
+        named = self.file_table().mentioned(entry["text"]) if entry["source"] in ("prompt", "assistant") else []
+        return {"files": named} if named else {}
+
     def _index_thread(self, thread, link=True):
         self._files = None
         tid = self._shared.setdefault(thread["id"], thread["id"])
@@ -4599,17 +4612,7 @@ class MemoryWriter(MemoryIndex):
                 msg["failed"] = True
             else:
                 self._link_fix(msg, touched_t)
-        files = entry.get("files")
-        if isinstance(files, list) and entry.get("op") in FILE_OPS.values():
-            files = [f for f in files if isinstance(f, str) and f][:MAX_CAPTURE_FILES]
-            if entry["op"] == "run":  # words of a command: a path, or a name the memory knows
-                files = self.file_table().known(files)
-            if files:
-                msg["files"], msg["op"] = files, entry["op"]
-        elif entry["source"] in ("prompt", "assistant"):
-            named = self.file_table().mentioned(entry["text"])
-            if named:
-                msg["files"] = named
+        msg.update(self.message_files(entry))
         self._add_message(thread, msg, vec, ext, now)
         touched_t.add(thread["id"])
         # Bridges to the other threads this content resembles, typed by its wording.
