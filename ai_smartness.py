@@ -345,6 +345,8 @@ BRIEF_FILES, BRIEF_OTHERS = 6, 3
 # characters of the task and of a thread title there; a prompt shorter than TASK_MIN_CHARS sets
 # no task ("continue").
 BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 3, 10, 80, 50, 20
+# Topics of the last work-stream the briefing names.
+BRIEF_TOPICS = 4
 # Characters of the briefing's line on where the work stopped; the start of a conclusion
 # always kept (its first sentences up to this length).
 BRIEF_WHERE_CHARS, CONCLUSION_HEAD_CHARS = 260, 40
@@ -6035,6 +6037,8 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang):
     each."""
     line = tr("brief_hot", lang, title=shorten(hot["title"], BRIEF_TITLE_CHARS),
               age=age_ago(now - ts_of(hot, "last_active"), lang))
+    if hot.get("topics"):
+        line += " " + tr("brief_topics", lang, topics=", ".join(hot["topics"][:BRIEF_TOPICS]))
     if hb.get("last_task") and rule_key(hb["last_task"]) != rule_key(hot["title"]):
         line += " " + tr("brief_task", lang, text=shorten(hb["last_task"], BRIEF_TASK_CHARS).rstrip(".!?"))
     last = hb.get("last_conclusion") or next(

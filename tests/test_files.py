@@ -250,7 +250,7 @@ def test_a_file_worked_on_with_the_named_one_comes_with_it(project):
 def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_work():
     now = 1_800_000_000
     at = ais.iso(now - 3600)
-    hot = {"id": "t1", "title": "parser speed-up", "last_active": at,
+    hot = {"id": "t1", "title": "parser speed-up", "last_active": at, "topics": ["parser", "tokens", "cache"],
            "files": {"src/parser.py": {"op": "edit", "at": at, "n": 3}},
            "messages": [{"id": "m1", "ts": at, "source": "tool:Bash", "text": "$ pytest [failed]",
                          "command": "pytest tests/test_parser.py", "fixed_by": "m2"},
@@ -260,7 +260,7 @@ def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_wo
     hb = {"last_task": "make the parser twice as fast", "last_conclusion": ""}
     lines = ais.where_work_stopped(hot, digest, ["src/lexer.py", "src/parser.py"], hb, now, "en")
     text = "\n".join(lines)
-    assert lines[0].startswith('Where the work stopped: "parser speed-up" (1 h ago).')
+    assert lines[0].startswith('Where the work stopped: "parser speed-up" (1 h ago). Topics: parser, tokens, cache.')
     assert "Task: make the parser twice as fast." in lines[0]
     assert "Last: Done ✅ The parser now caches tokens. Next: profile the lexer." in lines[0]
     assert "Resolved: pytest tests/test_parser.py." in text
