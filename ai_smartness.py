@@ -3692,8 +3692,11 @@ class FileTable:
     does."""
 
     def __init__(self):
-        self.files = {}  # path -> {"n", "last", "op", "mids", "words": Counter}
+        # path -> {"n", "last", "op", "mids", "words": Counter, "size": their total, "with": Counter,
+        # "stem": the terms of its name}
+        self.files = {}
         self.by_base = {}  # basename -> paths
+        self.postings = {}  # word -> the files whose words hold it: a prompt is scored against those only
         self._turns = {}  # session -> (the terms of its latest prompt, the files touched since)
         self.failures = {}  # (session, command) -> the message of its latest failure, until it passes
 
@@ -3712,9 +3715,12 @@ class FileTable:
         for path in msg.get("files") or ():
             st = self.files.get(path)
             if st is None:
+                name = path.rsplit("/", 1)[-1]
                 st = self.files[path] = {"n": 0, "last": 0.0, "op": op, "mids": deque(maxlen=FILE_RECENT_MESSAGES),
-                                         "words": Counter(terms(path.replace("/", " "))), "with": Counter()}
-                self.by_base.setdefault(path.rsplit("/", 1)[-1], set()).add(path)
+                                         "words": Counter(), "size": 0, "with": Counter(),
+                                         "stem": set(terms(name.rsplit(".", 1)[0]))}
+                self.by_base.setdefault(name, set()).add(path)
+                self._learn(path, terms(path.replace("/", " ")))
             st["mids"].append(msg["id"])
             if op != "mention":
                 st["n"] += 1
@@ -3724,18 +3730,24 @@ class FileTable:
                         st["with"][other] += 1
                         self.files[other]["with"][path] += 1
                     turn[1].add(path)
-                    self._learn(st, turn[0])
+                    self._learn(path, turn[0])
         if source == "assistant" and turn:
             words = terms(msg["text"])
             for path in turn[1]:
-                self._learn(self.files[path], words)
+                self._learn(path, words)
 
-    @staticmethod
-    def _learn(st, words):
+    def _learn(self, path, words):
+        st = self.files[path]
         bag = st["words"]
+        for word in set(words).difference(bag):
+            self.postings.setdefault(word, set()).add(path)
         bag.update(words)
+        st["size"] += len(words)
         if len(bag) > 4 * FILE_WORDS_KEPT:  # bounded: the most frequent words say what it is about
             st["words"] = Counter(dict(bag.most_common(FILE_WORDS_KEPT)))
+            st["size"] = sum(st["words"].values())
+            for word in set(bag).difference(st["words"]):
+                self.postings[word].discard(path)
 
     def mentioned(self, text):
         """The known files a text names, by path or by a basename no other known file has."""
@@ -3774,23 +3786,20 @@ class FileTable:
         qterms = set(terms(prompt))
         stems = {t for t in qterms if len(t) > 3}
         n = len(touched)
-        df = Counter(t for _, st in touched for t in qterms if t in st["words"])
-        sizes = {p: sum(st["words"].values()) for p, st in touched}
-        avg = sum(sizes.values()) / n or 1.0
-        bm = {}
-        for p, st in touched:
-            score = 0.0
-            for t in df:
-                tf = st["words"].get(t, 0)
-                if tf:
-                    score += bm25_idf(n, df[t]) * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * sizes[p] / avg))
-            bm[p] = score
-        top = max(bm.values()) or 1.0
+        avg = sum(st["size"] for _, st in touched) / n or 1.0
+        hits = {t: [p for p in self.postings.get(t, ()) if self.files[p]["n"]] for t in qterms}
+        bm = Counter()
+        for t, paths in hits.items():
+            idf = bm25_idf(n, len(paths)) if paths else 0.0
+            for p in paths:
+                st = self.files[p]
+                tf = st["words"][t]
+                bm[p] += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * st["size"] / avg))
+        top = max(bm.values(), default=0.0) or 1.0
         order = sorted(touched, key=lambda x: -x[1]["last"])
         scores = {}
         for rank, (p, st) in enumerate(order):
-            stem_ = terms(p.rsplit("/", 1)[-1].rsplit(".", 1)[0])
-            scores[p] = (w["named"] * (p in named) + w["stem"] * (p not in named and bool(stems.intersection(stem_)))
+            scores[p] = (w["named"] * (p in named) + w["stem"] * (p not in named and not stems.isdisjoint(st["stem"]))
                          + w["words"] * bm[p] / top + w["recency"] / (1 + rank / FILE_RECENCY_RANKS)
                          + w["touches"] * min(1.0, st["n"] / FILE_TOUCHES_FULL) + w["together"] * together[p])
         best = sorted(order, key=lambda x: -scores[x[0]])[:limit]  # stable: the newest first on a tie
