@@ -26,6 +26,10 @@ bash ./install.sh --deps-only
 "$VENV/bin/python" -m ruff --version >/dev/null 2>&1 || "$VENV/bin/python" -m pip install -q ruff \
   || warn "could not install ruff into $VENV; install.sh's Python will only be compiled"
 
+# The MCP server's tests drive it with the official MCP Python SDK's client (a test dependency only).
+"$VENV/bin/python" -c 'import mcp' 2>/dev/null || "$VENV/bin/python" -m pip install -q mcp \
+  || warn "could not install the MCP Python SDK (mcp) into $VENV; its client tests will be skipped"
+
 # The installer tests run shellcheck when it is there.
 if ! command -v shellcheck >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   say "installing shellcheck"
