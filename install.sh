@@ -21,8 +21,10 @@ Options:
   --no-embeddings        skip the embedding stack, run hooks with the system python3 (stdlib only)
   --deps-only            only create or check the shared venv with the embedding stack
   --shortcut             also install an `ai` command in ~/.local/bin for this project
+  --mcp                  also register the MCP server for Claude Code (PROJECT_DIR/.mcp.json) and
+                         print how to register it with other MCP clients
   --project DIR          same as the PROJECT_DIR argument
-  --uninstall            remove our hooks and shortcut, stop the daemon; keeps the memory in .ai/
+  --uninstall            remove our hooks, shortcut and MCP entry, stop the daemon; keeps the memory in .ai/
   --purge                with --uninstall: also delete PROJECT_DIR/.ai/ (all memory)
   --dry-run              print what would be done, change nothing
   -h, --help             show this help
@@ -230,6 +232,85 @@ def act_interpreter(path):
         print(next((w for w in words if not re.match(r"[A-Za-z_]\w*=", w)), ""))
         return
 
+MCP_NAME = "ai_smartness"   # our server's name in .mcp.json; ours only when it runs our module
+
+def mcp_servers(doc, path):
+    servers = (doc or {}).get("mcpServers", {})
+    if not isinstance(servers, dict):
+        fail(f'{path}: "mcpServers" must be an object; nothing was changed.')
+    return servers
+
+def mcp_ours(entry, ai_dir):
+    args = entry.get("args") if isinstance(entry, dict) else None
+    return isinstance(args, list) and os.path.join(ai_dir, "ai_smartness.py") in args
+
+def mcp_entry(python, ai_dir, project):
+    return {"command": python, "args": [os.path.join(ai_dir, "ai_smartness.py"), "--project", project, "mcp"]}
+
+def act_mcp_check(path):
+    mcp_servers(load(path), path)
+
+def act_mcp_install(path, python, ai_dir, project):
+    """Add our server to a project's .mcp.json; the original file is kept aside for uninstall."""
+    doc = load(path)
+    servers, entry = mcp_servers(doc, path), mcp_entry(python, ai_dir, project)
+    old = servers.get(MCP_NAME)
+    if old is not None and not mcp_ours(old, ai_dir):
+        print(f'ai_smartness: warning: {path} has a server "{MCP_NAME}" that is not ours: left alone', file=sys.stderr)
+        return
+    if old == entry:
+        say(f"MCP server already registered in {path}")
+        return
+    if DRY:
+        say(f'would register the MCP server "{MCP_NAME}" in {path}')
+        return
+    backup = path + ".ai_smartness.bak"
+    if doc is not None and old is None and not os.path.exists(backup):
+        shutil.copy2(os.path.realpath(path), backup)
+    elif doc is None and os.path.exists(backup):
+        os.unlink(backup)   # left from an older install; the user has since removed the file
+    write(path, dict(doc or {}, mcpServers=dict(servers, **{MCP_NAME: entry})))
+    say(f'MCP server "{MCP_NAME}" registered in {path} (Claude Code asks once to approve it)')
+
+def act_mcp_uninstall(path, ai_dir):
+    """Remove exactly our server: the original bytes come back when nothing else changed."""
+    doc = load(path)
+    servers = mcp_servers(doc, path)
+    if not mcp_ours(servers.get(MCP_NAME), ai_dir):
+        return
+    backup = path + ".ai_smartness.bak"
+    original = load(backup) if os.path.exists(backup) else None
+    rest = {k: v for k, v in servers.items() if k != MCP_NAME}
+    new = dict(doc, mcpServers=rest)
+    if not rest and "mcpServers" not in (original or {}):
+        del new["mcpServers"]
+    if original is not None and new == original:
+        how, do = "restored the original", lambda: os.replace(backup, os.path.realpath(path))
+    elif original is None and new == {}:
+        how, do = "removed (it held only our server)", lambda: os.unlink(path)
+    else:
+        how = "removed our MCP server, kept everything else in"
+        do = lambda: (write(path, new), os.path.exists(backup) and os.unlink(backup))
+    if DRY:
+        say(f"would have {how} {path}")
+        return
+    do()
+    say(f"{how} {path}")
+
+def act_mcp_snippet(python, ai_dir, project):
+    """How to register the same server with other MCP clients."""
+    entry = mcp_entry(python, ai_dir, project)
+    servers = json.dumps({"mcpServers": {MCP_NAME: entry}}, indent=2)
+    toml = "\n".join([f"[mcp_servers.{MCP_NAME}]", f"command = {json.dumps(entry['command'])}",
+                      f"args = {json.dumps(entry['args'])}"])
+    print(f"""
+Other MCP clients run the same server over stdio:
+  Cursor (.cursor/mcp.json), Windsurf (~/.codeium/windsurf/mcp_config.json), Cline (its MCP
+  settings), Claude Desktop (claude_desktop_config.json), Gemini CLI (.gemini/settings.json):
+{servers}
+  Codex CLI (~/.codex/config.toml):
+{toml}""")
+
 def act_config(path, lang, mode):
     config = load(path)
     new = dict(config or {"language": "en", "mode": "normal"})
@@ -266,6 +347,8 @@ def act_gitignore_remove(path, tag):
 
 ACTIONS = {"check": act_check, "install": act_install, "uninstall": act_uninstall,
            "interpreter": act_interpreter, "config": act_config, "gitignore-remove": act_gitignore_remove}
+ACTIONS.update({"mcp-check": act_mcp_check, "mcp-install": act_mcp_install, "mcp-uninstall": act_mcp_uninstall,
+                "mcp-snippet": act_mcp_snippet})
 if len(sys.argv) < 2 or sys.argv[1] not in ACTIONS:
     fail(f"pyjson: unknown action {sys.argv[1:2]}; one of: {', '.join(ACTIONS)}")
 ACTIONS[sys.argv[1]](*sys.argv[2:])
@@ -456,6 +539,7 @@ do_install() {
   problem=$(data_dir_problem)
   [ -z "$problem" ] || err "$problem: refused (see README, Security)"
   pyjson check "$SETTINGS" "$AI_DIR/config.json" "$SRC/settings.template.json"
+  [ "$MCP" = 0 ] || pyjson mcp-check "$PROJECT/.mcp.json"
   [ -f "$SRC/ai_smartness.py" ] || err "$SRC/ai_smartness.py is missing: run install.sh from the ai_smartness folder"
   [ -d "$SRC/i18n" ] || err "$SRC/i18n/ is missing"
   if [ -t 0 ] && [ "$DRY" = 0 ] && [ ! -e "$AI_DIR/config.json" ]; then
@@ -473,6 +557,7 @@ do_install() {
   gitignore_add
   pyjson install "$SETTINGS" "$SRC/settings.template.json" "$PY" "$AI_DIR"
   [ "$SHORTCUT" = 0 ] || shortcut_install
+  [ "$MCP" = 0 ] || pyjson mcp-install "$PROJECT/.mcp.json" "$PY" "$AI_DIR" "$PROJECT"
   [ "$DRY" = 0 ] || { say "dry run: nothing was changed"; return; }
   local cli embeddings="on (shared venv $VENV)"
   cli="$(sq "$PY") $(sq "$AI_DIR/ai_smartness.py") --project $(sq "$PROJECT")"
@@ -487,10 +572,12 @@ Next steps:
   2. See what it remembers: $cli status
   3. Remove it: $(sq "$SRC/install.sh") --uninstall $(sq "$PROJECT")   (add --purge to delete the memory)
 EOF
+  [ "$MCP" = 0 ] || pyjson mcp-snippet "$PY" "$AI_DIR" "$PROJECT"
 }
 
 do_uninstall() {
   pyjson check "$SETTINGS"
+  pyjson mcp-check "$PROJECT/.mcp.json"
   local py limit=(command)
   py=$(pyjson interpreter "$SETTINGS")
   ! command -v timeout >/dev/null || limit=(timeout 30)
@@ -509,6 +596,7 @@ do_uninstall() {
     fi
   fi
   pyjson uninstall "$SETTINGS"
+  pyjson mcp-uninstall "$PROJECT/.mcp.json" "$AI_DIR"
   [ "$DRY" = 1 ] || rmdir "$PROJECT/.claude" 2>/dev/null || true
   shortcut_remove
   if [ "$PURGE" = 1 ]; then
@@ -528,6 +616,7 @@ do_uninstall() {
 need() { [ $# -ge 2 ] || bad "$1 needs a value"; }
 
 LANG_OPT='' MODE_OPT='' PROJECT='' EMBED=1 DEPS_ONLY=0 SHORTCUT=0 UNINSTALL=0 PURGE=0 DRY=0
+MCP=0
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
@@ -537,6 +626,7 @@ while [ $# -gt 0 ]; do
     --no-embeddings) EMBED=0 ;;
     --deps-only) DEPS_ONLY=1 ;;
     --shortcut) SHORTCUT=1 ;;
+    --mcp) MCP=1 ;;
     --uninstall) UNINSTALL=1 ;;
     --purge) PURGE=1 ;;
     --dry-run) DRY=1 ;;

@@ -305,3 +305,62 @@ def test_claude_code_calls_recall_and_the_model_gets_the_memory(tmp_path):
         assert TOKEN in results[0]["text"] and "not instructions" in results[0]["text"], results[0]
     finally:
         stop_daemons(box.project, under=tmp_path)
+
+
+# ---- install.sh --mcp ----
+
+FOREIGN_MCP = '{\n    "mcpServers": {"other": {"command": "npx", "args": ["-y", "other-server"]}},\n    "x": 1\n}\n'
+
+
+@pytest.mark.parametrize("original", [None, FOREIGN_MCP, '{"mcpServers":{}}'], ids=["none", "foreign", "empty"])
+def test_install_mcp_registers_the_server_and_uninstall_gives_back_the_bytes(tmp_path, original):
+    from test_install import ok, run, snapshot
+    home, target = tmp_path / "home_i", tmp_path / "my proj's dir"
+    home.mkdir()
+    target.mkdir()
+    if original is not None:
+        (target / ".mcp.json").write_text(original)
+    before = snapshot(target)
+    proc = ok(run(home, "--no-embeddings", "--mcp", target, cwd=target))
+    assert "[mcp_servers.ai_smartness]" in proc.stdout and "Cursor" in proc.stdout
+    doc = json.loads((target / ".mcp.json").read_text())
+    entry = doc["mcpServers"]["ai_smartness"]
+    assert entry["args"] == [str(target / ".ai" / "ai_smartness.py"), "--project", str(target), "mcp"]
+    if original == FOREIGN_MCP:
+        assert doc["mcpServers"]["other"] == json.loads(FOREIGN_MCP)["mcpServers"]["other"] and doc["x"] == 1
+    # The registered command is a working server.
+    proc_srv = subprocess.run([entry["command"], *entry["args"]], capture_output=True, timeout=120,
+                              input=(json.dumps(init()) + "\n" + json.dumps(request(2, "tools/list")) + "\n").encode())
+    tools = {t["name"] for t in by_id([json.loads(x) for x in proc_srv.stdout.splitlines()])[2]["result"]["tools"]}
+    assert tools == TOOLS
+    installed = (target / ".mcp.json").read_bytes()
+    proc = ok(run(home, "--no-embeddings", "--mcp", target))
+    assert "already registered" in proc.stdout and (target / ".mcp.json").read_bytes() == installed
+    ok(run(home, "--uninstall", "--purge", target))
+    assert snapshot(target) == before
+
+
+def test_install_mcp_leaves_a_foreign_server_of_our_name_alone(tmp_path):
+    from test_install import ok, run
+    home, target = tmp_path / "home_i", tmp_path / "proj"
+    home.mkdir()
+    target.mkdir()
+    theirs = '{"mcpServers": {"ai_smartness": {"command": "their-own"}}}'
+    (target / ".mcp.json").write_text(theirs)
+    proc = ok(run(home, "--no-embeddings", "--mcp", target))
+    assert "not ours" in proc.stderr and (target / ".mcp.json").read_text() == theirs
+    ok(run(home, "--uninstall", target))
+    assert (target / ".mcp.json").read_text() == theirs
+    stop_daemons(target)
+
+
+def test_install_mcp_refuses_a_broken_mcp_json_before_any_change(tmp_path):
+    from test_install import run, snapshot
+    home, target = tmp_path / "home_i", tmp_path / "proj"
+    home.mkdir()
+    target.mkdir()
+    (target / ".mcp.json").write_text('{"mcpServers": [1]}')
+    before = snapshot(target)
+    proc = run(home, "--no-embeddings", "--mcp", target)
+    assert proc.returncode != 0 and "mcpServers" in proc.stderr
+    assert snapshot(target) == before
