@@ -212,12 +212,17 @@ def act_uninstall(path):
         new["hooks"] = stripped
     else:
         del new["hooks"]
+    settle(path, new, original, backup, "hooks")
+
+def settle(path, new, original, backup, what):
+    """Put `new` in place of path after removing ours: the original file back when they are
+    equal, no file when install created it and nothing else is left, else `new`."""
     if original is not None and new == original:
         how, do = "restored the original", lambda: os.replace(backup, os.path.realpath(path))
     elif original is None and new == {}:
-        how, do = "removed (it held only our hooks)", lambda: os.unlink(path)
+        how, do = f"removed (it held only our {what})", lambda: os.unlink(path)
     else:
-        how = "removed our hooks, kept everything else in"
+        how = f"removed our {what}, kept everything else in"
         do = lambda: (write(path, new), os.path.exists(backup) and os.unlink(backup))
     if DRY:
         say(f"would have {how} {path}")
@@ -284,18 +289,7 @@ def act_mcp_uninstall(path, ai_dir):
     new = dict(doc, mcpServers=rest)
     if not rest and "mcpServers" not in (original or {}):
         del new["mcpServers"]
-    if original is not None and new == original:
-        how, do = "restored the original", lambda: os.replace(backup, os.path.realpath(path))
-    elif original is None and new == {}:
-        how, do = "removed (it held only our server)", lambda: os.unlink(path)
-    else:
-        how = "removed our MCP server, kept everything else in"
-        do = lambda: (write(path, new), os.path.exists(backup) and os.unlink(backup))
-    if DRY:
-        say(f"would have {how} {path}")
-        return
-    do()
-    say(f"{how} {path}")
+    settle(path, new, original, backup, "MCP server")
 
 def act_mcp_snippet(python, ai_dir, project):
     """How to register the same server with other MCP clients."""
