@@ -6538,25 +6538,29 @@ MCP_TOOLS = {}  # name -> McpTool, in declaration order
 
 
 class McpTool:
-    """One tool: its name, what the model reads about it, its input schema, whether it only
-    reads, and its function (cli, arguments) -> text."""
+    """One tool: its name, what the model reads about it, its input schema, what it may do to
+    the memory (MCP_EFFECTS) and its function (cli, arguments) -> text."""
 
-    def __init__(self, name, title, description, schema, read_only, fn):
-        self.name, self.title, self.description, self.schema, self.read_only, self.fn = \
-            name, title, description, schema, read_only, fn
+    def __init__(self, name, title, description, schema, effect, fn):
+        self.name, self.title, self.description, self.schema, self.effect, self.fn = \
+            name, title, description, schema, effect, fn
 
     def listing(self):
         return {"name": self.name, "title": self.title, "description": self.description, "inputSchema": self.schema,
-                "annotations": {"readOnlyHint": self.read_only, "destructiveHint": self.name == "forget",
+                "annotations": {"readOnlyHint": self.effect == "reads", "destructiveHint": self.effect == "deletes",
                                 "openWorldHint": False}}
 
 
-def mcp_tool(name, title, description, properties, required=(), read_only=True):
+MCP_EFFECTS = ("reads", "adds", "deletes")  # what a tool may do to the memory, told to the client
+
+
+def mcp_tool(name, title, description, properties, required=(), effect="reads"):
     """Declare a tool: the one place that knows its name, schema and function."""
+    assert effect in MCP_EFFECTS, effect
     schema = {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
 
     def register(fn):
-        MCP_TOOLS[name] = McpTool(name, title, description, schema, read_only, fn)
+        MCP_TOOLS[name] = McpTool(name, title, description, schema, effect, fn)
         return fn
     return register
 
@@ -6641,7 +6645,7 @@ def mcp_threads(cli, args):
 
 
 @mcp_tool("forget", "Forget a thread", "Delete one thread and its bridges from the memory, for good.",
-          {"id": ID_ARG}, required=["id"], read_only=False)
+          {"id": ID_ARG}, required=["id"], effect="deletes")
 def mcp_forget(cli, args):
     return cli_text(cli, do_forget, id=args["id"])
 
@@ -6650,7 +6654,7 @@ def mcp_forget(cli, args):
           "(text), or remove one (number, as listed).",
           {"action": {"type": "string", "enum": ["list", "add", "remove"], "default": "list"},
            "text": {"type": "string", "minLength": 1, "maxLength": RULE_MAX_CHARS},
-           "number": {"type": "integer", "minimum": 1, "maximum": 100000}}, read_only=False)
+           "number": {"type": "integer", "minimum": 1, "maximum": 100000}}, effect="deletes")
 def mcp_rules(cli, args):
     action = args.get("action", "list")
     value = args.get("text") if action == "add" else args.get("number")
@@ -6667,7 +6671,7 @@ def mcp_rules(cli, args):
                           "description": "absolute path of the session transcript (.jsonl)"},
            "format": {"type": "string", "enum": list(MCP_TRANSCRIPT_FORMATS), "default": MCP_TRANSCRIPT_FORMATS[0]},
            "keep": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": MCP_CANDIDATES},
-                    "maxItems": MCP_CANDIDATES}}, read_only=False)
+                    "maxItems": MCP_CANDIDATES}}, effect="adds")
 def mcp_remember(cli, args):
     lang = cli.lang
     said = []
@@ -6741,11 +6745,13 @@ class McpServer:
         mid = msg.get("id")
         if mid is not None and (isinstance(mid, bool) or not isinstance(mid, (str, int))):
             return self.error(None, -32600, "id must be a string or an integer")
-        if msg.get("jsonrpc") != "2.0" or ("method" not in msg and "result" not in msg and "error" not in msg):
-            return self.error(mid, -32600, "not a JSON-RPC 2.0 message")
         method, params = msg.get("method"), msg.get("params", {})
-        if not isinstance(method, str) or "id" not in msg:
-            return None  # a response to us (we send no requests) or a notification: nothing to say
+        if "method" not in msg and ("result" in msg or "error" in msg):
+            return None  # a response: we send no requests, there is nothing to answer
+        if msg.get("jsonrpc") != "2.0" or not isinstance(method, str):
+            return self.error(mid, -32600, "not a JSON-RPC 2.0 request")
+        if "id" not in msg:
+            return None  # a notification (initialized, cancelled...): nothing to say
         if not isinstance(params, dict):
             return self.error(mid, -32602, "params must be an object")
         handler = {"initialize": self.initialize, "ping": lambda p: {}, "tools/list": self.tools_list,

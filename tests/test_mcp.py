@@ -76,6 +76,7 @@ def test_initialize_negotiates_the_version_and_lists_every_tool(proj, asked, ans
     for tool in tools.values():
         assert tool["inputSchema"]["type"] == "object" and tool["description"]
     assert tools["forget"]["annotations"]["destructiveHint"] is True
+    assert tools["remember"]["annotations"] == {"readOnlyHint": False, "destructiveHint": False, "openWorldHint": False}
     assert tools["recall"]["annotations"]["readOnlyHint"] is True
     assert got[3]["result"] == {}
 
@@ -159,13 +160,13 @@ def test_protocol_errors_are_answers_never_a_crash(proj):
         call(5, "search", query="x", limit=0), call(6, "search", query=7), call(7, "recall", query="x", extra=1),
         call(8, "forget", id="../../etc"), call(9, "search"),
         {"jsonrpc": "2.0", "id": 10, "result": {}}, {"jsonrpc": "2.0", "method": "notifications/cancelled"},
-        b"", b"   ", request(11, "ping"))
+        b"", b"   ", {"jsonrpc": "2.0", "id": 12, "method": 7}, {"jsonrpc": "2.0", "id": 13}, request(11, "ping"))
     assert rc == 0, err
     got = [(r.get("id"), r.get("error", {}).get("code"), r.get("result", {}).get("isError")) for r in replies]
     assert got == [(None, -32700, None), (None, -32600, None), (None, -32600, None), (1, -32600, None),
                    (None, -32600, None), (2, -32601, None), (3, -32602, None), (4, -32602, None),
                    (5, None, True), (6, None, True), (7, None, True), (8, None, True), (9, None, True),
-                   (11, None, None)]
+                   (12, -32600, None), (13, -32600, None), (11, None, None)]
     assert "limit" in text_of(replies[8]) and "extra" in text_of(replies[10])
 
 
@@ -205,7 +206,7 @@ def test_a_tool_bug_is_an_error_answer_and_logged(proj, monkeypatch):
         project, lang = str(proj), "en"
     sent = []
     srv = mod.McpServer(Fake(), sent.append)
-    monkeypatch.setitem(mod.MCP_TOOLS, "threads", mod.McpTool("threads", "t", "d", {"type": "object"}, True,
+    monkeypatch.setitem(mod.MCP_TOOLS, "threads", mod.McpTool("threads", "t", "d", {"type": "object"}, "reads",
                                                              lambda cli, args: 1 / 0))
     reply = srv.reply(json.dumps(call(1, "threads")).encode())
     assert reply["error"]["code"] == -32603 and "ZeroDivisionError" in reply["error"]["message"]
@@ -235,6 +236,7 @@ def sdk():
     return Client, StdioServerParameters
 
 
+@pytest.mark.filterwarnings("ignore:ping is removed")  # the SDK's note on the stateless revision
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 def test_the_official_sdk_client_drives_every_tool(proj, mode):
     Client, Params = sdk()
@@ -256,8 +258,7 @@ def test_the_official_sdk_client_drives_every_tool(proj, mode):
             tid = texts["threads"][0][0].split()[0]
             result = await client.call_tool("forget", {"id": tid})
             texts["forget"] = [("".join(c.text for c in result.content), result.is_error)]
-            if mode == "legacy":  # ping is gone from the stateless revision the SDK warns about
-                await client.send_ping()
+            await client.send_ping()
             return names, texts, client.protocol_version
 
     names, texts, version = asyncio.run(session())
