@@ -18,6 +18,8 @@ PLUGIN_JSON = ROOT / ".claude-plugin" / "plugin.json"
 MARKETPLACE = ROOT / ".claude-plugin" / "marketplace.json"
 HOOKS_JSON = ROOT / "hooks" / "hooks.json"
 RUN_SH = ROOT / "hooks" / "run.sh"
+# Claude Code names a plugin's MCP tools mcp__plugin_<plugin>_<server>__<tool>.
+PLUGIN_RECALL = "mcp__plugin_ai-smartness_ai_smartness__recall"
 TOKEN = "pangolin2096"
 BRIEFING_MARK = "SessionStart hook additional context:"
 MEMORY_MARK = "UserPromptSubmit hook additional context:"
@@ -111,7 +113,7 @@ def test_plugin_loaded_by_claude_captures_and_injects(claude, tmp_path):
         out, err = tmp_path / f"c{n}.out", tmp_path / f"c{n}.err"
         with open(out, "wb") as o, open(err, "wb") as e:
             proc = subprocess.run([claude, "-p", prompt, "--output-format", "json", "--plugin-dir", str(ROOT),
-                                   "--allowedTools", "Read"], cwd=box.project, env=dict(env, ANTHROPIC_BASE_URL=api.url),
+                                   "--allowedTools", f"Read {PLUGIN_RECALL}"], cwd=box.project, env=dict(env, ANTHROPIC_BASE_URL=api.url),
                                   stdin=subprocess.DEVNULL, stdout=o, stderr=e, timeout=180)
         run = ClaudeRun(proc.returncode, out.read_text(errors="replace"), err.read_text(errors="replace"))
         assert proc.returncode == 0 and run.result and run.result.get("result") == "All done.", run
@@ -128,13 +130,17 @@ def test_plugin_loaded_by_claude_captures_and_injects(claude, tmp_path):
         briefing = [s for s in system_entries(bodies[0]) if BRIEFING_MARK in s]
         assert briefing and "ai_smartness" in briefing[0], system_entries(bodies[0])
         offered = [t.get("name", "") for t in bodies[0].get("tools", [])]
-        assert any("ai_smartness" in n and n.endswith("__recall") for n in offered), offered
+        assert PLUGIN_RECALL in offered, offered
         assert [r for r in tool_results(bodies[1]) if r["tool_use_id"] == "toolu_notes"]
         # The Read was captured by the plugin's PostToolUse hook, into this project's memory.
         assert wait_for(threads_with_token, "the captured Read in the memory", timeout=90)
-        with FakeAnthropic(["All done."]) as api:
+        # Next session: the memory comes with the prompt, and through the plugin's MCP server.
+        script = [tool_use(PLUGIN_RECALL, {"query": "payment retry backoff"}, id="toolu_plugin_recall"), "All done."]
+        with FakeAnthropic(script) as api:
             bodies = run(api, "What is the payment retry policy backoff cap?", 2)
         memory = "\n".join(s for s in system_entries(bodies[0]) if MEMORY_MARK in s)
         assert TOKEN in memory, system_entries(bodies[0])
+        recalled = [r for r in tool_results(bodies[1]) if r["tool_use_id"] == "toolu_plugin_recall"]
+        assert recalled and not recalled[0]["is_error"] and TOKEN in recalled[0]["text"], tool_results(bodies[1])
     finally:
         stop_daemons(box.project, under=tmp_path)
