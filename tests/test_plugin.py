@@ -85,6 +85,25 @@ def test_launcher_prefers_the_shared_venv_and_falls_back_to_python3(project, tmp
     stop_daemons(project)
 
 
+def test_without_the_venv_the_first_session_start_builds_it_once_in_the_background(project, tmp_path):
+    # `nohup` on PATH stands in for the installer's run: it records its arguments.
+    shims, record = tmp_path / "shims", tmp_path / "nohup-args"
+    shims.mkdir()
+    (shims / "nohup").write_text(f"#!/bin/sh\necho \"$@\" >> '{record}'\n")
+    (shims / "nohup").chmod(0o755)
+    ai_home = tmp_path / "ais_new"
+    env = {"PATH": f"{shims}:{os.environ['PATH']}"}
+    payload = json.dumps({"session_id": "s1", "hook_event_name": "SessionStart", "cwd": str(project)}).encode()
+    for _ in range(2):
+        done = launcher(["hook", "start"], project, ai_home, payload, env=env)
+        assert done.returncode == 0 and b"SessionStart" in done.stdout
+    launcher(["hook", "stop"], project, ai_home, b"{}", env=env)
+    wait_for(record.exists, "the background installer", timeout=30)
+    assert record.read_text().split() == ["bash", str(ROOT / "install.sh"), "--deps-only"]  # once, at start only
+    assert (ai_home / "plugin-deps.log").exists()
+    stop_daemons(project)
+
+
 @pytest.fixture
 def claude():
     path = claude_bin()
