@@ -6637,6 +6637,13 @@ class ShellAgent(Adapter):
             payload.update(tool_name="Read", tool_input={"file_path": path})
         return payload
 
+    @staticmethod
+    def absolute(payload, path):
+        """A tool's file path as Claude Code gives it: absolute (these agents give it relative
+        to the session's cwd, and the daemon does not run there)."""
+        cwd = payload.get("cwd")
+        return os.path.join(cwd, path) if path and isinstance(cwd, str) and os.path.isabs(cwd) else path
+
     def answer_out(self, hook, out, store):
         if hook != "pretool":
             return out
@@ -6666,8 +6673,8 @@ class Codex(ShellAgent):
         if hook == "capture" and payload["tool_name"] == "Edit" and isinstance(inp, dict):
             patch = str(inp.get("command") or inp.get("patch") or inp.get("input") or "")
             found = re.search(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", patch, re.M)
-            payload["tool_input"] = {"file_path": found.group(1).strip() if found else "", "old_string": "",
-                                     "new_string": patch}
+            payload["tool_input"] = {"file_path": self.absolute(payload, found.group(1).strip() if found else ""),
+                                     "old_string": "", "new_string": patch}
         return payload
 
     @staticmethod
@@ -6708,7 +6715,9 @@ class Gemini(ShellAgent):
             return None  # a failed read or edit says nothing about the project
         text = resp.get("llmContent")
         text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
-        tool = payload["tool_name"]
+        tool, inp = payload["tool_name"], payload.get("tool_input")
+        if isinstance(inp, dict) and isinstance(inp.get("file_path"), str):
+            payload["tool_input"] = dict(inp, file_path=self.absolute(payload, inp["file_path"]))
         if tool == "Read":
             payload["tool_response"] = {"file": {"content": text}}
         elif tool == "Bash":
