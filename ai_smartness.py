@@ -14,7 +14,7 @@ Usage:
     search QUERY | recall QUERY | context PROMPT                retrieve
     rules [list|add TEXT|remove N] | forget ID | export | reindex
     daemon start|stop|status|restart|run                        the background process
-    hook start|inject|pretool|capture|failure|stop|end|precompact  Claude Code's hooks (JSON on stdin)
+    hook [--agent A] start|inject|pretool|capture|failure|stop|end|precompact  agent A's hooks (default claude)
 
 Life of a capture (a tool result; a prompt or the agent's answer goes the same way):
     1. Claude Code runs `hook capture` with the PostToolUse payload on stdin: a fresh process,

@@ -109,7 +109,7 @@ class FakeResponses(_Fake):
         events = [{"type": "response.created", "response": {"id": "resp_%d" % done}},
                   {"type": "response.output_item.done", "item": item},
                   {"type": "response.completed", "response": {"id": "resp_%d" % done, "usage": usage}}]
-        data = "".join("event: %s\ndata: %s\n\n" % (e["type"], json.dumps(e)) for e in events)
+        data = "".join("event: {}\ndata: {}\n\n".format(e["type"], json.dumps(e)) for e in events)
         return "text/event-stream", data.encode()
 
 
@@ -124,5 +124,5 @@ class FakeGemini(_Fake):
         chunk = {"candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
                  "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1, "totalTokenCount": 2}}
         if "alt=sse" in path:
-            return "text/event-stream", ("data: %s\r\n\r\n" % json.dumps(chunk)).encode()
+            return "text/event-stream", (f"data: {json.dumps(chunk)}\r\n\r\n").encode()
         return "application/json", json.dumps(chunk).encode()

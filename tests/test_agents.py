@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -215,11 +214,11 @@ def test_an_unknown_agent_or_event_is_ignored_silently(proj):
 # ---- install.sh --agent ----
 
 FOREIGN = {
-    "codex": (".codex/hooks.json", '{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]},'
-                                   '\n "x": 1}'),
-    "gemini": (".gemini/settings.json", '{\n  "hooks": {"enabled": true, "disabled": ["old"],\n'
+    "codex": (".codex/hooks.json", ('{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]},'
+                                   '\n "x": 1}')),
+    "gemini": (".gemini/settings.json", ('{\n  "hooks": {"enabled": true, "disabled": ["old"],\n'
                                         '    "BeforeTool": [{"matcher": "read_file", "hooks": [{"type": "command", '
-                                        '"command": "audit.sh"}]}]},\n  "ui": {"theme": "Dracula"}\n}\n'),
+                                        '"command": "audit.sh"}]}]},\n  "ui": {"theme": "Dracula"}\n}\n')),
 }
 
 
