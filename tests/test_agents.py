@@ -123,17 +123,10 @@ def test_codex_pretool_passes_every_other_command_untouched(proj):
         assert agent_hook("codex", "PreToolUse", payload, proj) == ""
 
 
-def test_a_memory_written_from_claude_code_is_recalled_from_codex(proj, tmp_path):
+def test_a_memory_written_from_claude_code_is_recalled_from_codex(proj):
     """Claude Code's hooks write it; Codex CLI's prompt gets it injected, and its `cat
     .ai/recall/<query>` is denied with the recall as the reason the model reads."""
-    claude = subprocess.run([sys.executable, str(SCRIPT), "hook", "capture"], capture_output=True, timeout=60,
-                            env=dict(os.environ, CLAUDE_PROJECT_DIR=str(proj)), input=as_stdin(post_payload(
-                                "Read", {"file_path": str(proj / "billing.py")},
-                                {"type": "text", "file": {"filePath": str(proj / "billing.py"),
-                                                          "content": "# invoices are rounded with the okapi rule\n"
-                                                                     "def okapi_round(cents): ..."}},
-                                project=proj)))
-    assert claude.returncode == 0
+    seed_claude_memory(proj)
     assert [m["agent"] for m in stored(proj)] == ["claude"]
     out = agent_hook("codex", "UserPromptSubmit", codex_payload(
         "UserPromptSubmit", proj, prompt="How are invoices rounded, the okapi rule?"), proj)
@@ -284,6 +277,21 @@ def agent_bin(var):
     return path
 
 
+def prepared(project, agent):
+    """The CLI of `agent` (its path), once Claude Code's hooks have captured a Read of the
+    billing module in `project` and `install.sh --agent AGENT` has installed the hooks."""
+    path = agent_bin(f"AI_SMARTNESS_{agent.upper()}_BIN")
+    seed_claude_memory(project)
+    install(project, "--agent", agent)
+    return path
+
+
+def check_turn_stored(project, agent):
+    """Claude Code's capture, and the agent's prompt and answer, are in the one memory."""
+    agents = {(m["agent"], m["source"]) for m in stored(project)}
+    assert {("claude", "tool:Read"), (agent, "prompt"), (agent, "assistant")} <= agents
+
+
 def seed_claude_memory(project):
     """What Claude Code captured earlier in this project: a Read of the billing module."""
     payload = post_payload("Read", {"file_path": str(project / "billing.py")},
@@ -303,9 +311,7 @@ def clean_env(**extra):
 
 
 def test_real_codex_cli_gets_the_memory_and_its_turn_is_stored(project, tmp_path):
-    codex = agent_bin("AI_SMARTNESS_CODEX_BIN")
-    seed_claude_memory(project)
-    install(project, "--agent", "codex")
+    codex = prepared(project, "codex")
     home = tmp_path / "home" / ".codex"
     home.mkdir(parents=True)
     script = [("exec_command", {"cmd": "cat .ai/recall/okapi"}), "Invoices use okapi_round."]
@@ -326,16 +332,13 @@ def test_real_codex_cli_gets_the_memory_and_its_turn_is_stored(project, tmp_path
         assert "ai_smartness" in first  # ...and the session briefing (SessionStart)
         outputs = [i for i in api.bodies[-1]["body"]["input"] if i.get("type") == "function_call_output"]
         assert "okapi_round" in json.dumps(outputs), last[-2000:]  # the recall, as the denial's reason
-        agents = {(m["agent"], m["source"]) for m in stored(project)}
-        assert {("claude", "tool:Read"), ("codex", "prompt"), ("codex", "assistant")} <= agents
+        check_turn_stored(project, "codex")
     finally:
         stop_daemons(project)
 
 
 def test_real_gemini_cli_gets_the_memory_and_its_turn_is_stored(project, tmp_path):
-    gemini = agent_bin("AI_SMARTNESS_GEMINI_BIN")
-    seed_claude_memory(project)
-    install(project, "--agent", "gemini")
+    gemini = prepared(project, "gemini")
     settings = tmp_path / "home" / ".gemini"
     settings.mkdir(parents=True)
     (settings / "settings.json").write_text(json.dumps({
@@ -355,8 +358,7 @@ def test_real_gemini_cli_gets_the_memory_and_its_turn_is_stored(project, tmp_pat
         assert "okapi_round" in first and "ai_smartness" in first  # BeforeAgent's context and the briefing
         responses = [p["functionResponse"] for c in main[-1]["contents"] for p in c["parts"] if "functionResponse" in p]
         assert "okapi_round" in json.dumps(responses)  # the recall, as the denial's reason
-        agents = {(m["agent"], m["source"]) for m in stored(project)}
-        assert {("claude", "tool:Read"), ("gemini", "prompt"), ("gemini", "assistant")} <= agents
+        check_turn_stored(project, "gemini")
         prompts = [m["text"] for m in stored(project) if m["source"] == "prompt"]
         assert prompts == ["How are invoices rounded, the okapi rule?"]  # without the briefing
     finally:
