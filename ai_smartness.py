@@ -6651,6 +6651,10 @@ class ShellAgent(Adapter):
         return self.deny(text) if text else None
 
 
+# The first file an apply_patch patch names (Codex CLI's file edits).
+_PATCH_FILE_RE = LazyRe(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.M)
+
+
 @agent
 class Codex(ShellAgent):
     """Codex CLI (@openai/codex 0.169): Claude Code's event and field names and answers, its
@@ -6672,7 +6676,7 @@ class Codex(ShellAgent):
             payload["tool_response"] = {"stdout": resp}
         if hook == "capture" and payload["tool_name"] == "Edit" and isinstance(inp, dict):
             patch = str(inp.get("command") or inp.get("patch") or inp.get("input") or "")
-            found = re.search(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", patch, re.M)
+            found = _PATCH_FILE_RE.search(patch)
             payload["tool_input"] = {"file_path": self.absolute(payload, found.group(1).strip() if found else ""),
                                      "old_string": "", "new_string": patch}
         return payload
