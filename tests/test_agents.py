@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -260,6 +261,42 @@ def test_install_without_agent_and_without_terminal_installs_claude_code_only(pr
     install(project)
     assert (project / ".claude" / "settings.json").is_file()
     assert not (project / ".codex").exists() and not (project / ".gemini").exists()
+
+
+def test_install_on_a_terminal_offers_the_agents_found_on_the_machine(project, tmp_path):
+    """Asked on a terminal, the default is Claude Code plus the agents on PATH (here a stub
+    `codex`); Enter takes it."""
+    import pty
+    import select
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "codex").write_text("#!/bin/sh\nexit 0\n")
+    (stubs / "codex").chmod(0o755)
+    path = f"{stubs}:{Path(sys.executable).parent}:/usr/bin:/bin"
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: install.sh on a terminal, never back into pytest
+        try:
+            os.execve("/bin/bash", ["bash", str(INSTALL_SH), "--no-embeddings", str(project)],
+                      dict(os.environ, PATH=path))
+        finally:
+            os._exit(127)
+    out = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], CLI_TIMEOUT)
+        try:
+            chunk = os.read(fd, 4096) if ready else b""
+        except OSError:  # the terminal closes with the child
+            chunk = b""
+        if not chunk:
+            break
+        out += chunk
+        if out.rstrip().endswith(b"]:"):  # a question: take its default
+            os.write(fd, b"\n")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, out.decode(errors="replace")[-2000:]
+    assert b"Agents to install hooks for (claude codex gemini) [claude codex]" in out
+    assert (project / ".claude" / "settings.json").is_file() and (project / ".codex" / "hooks.json").is_file()
+    assert not (project / ".gemini").exists()
 
 
 def test_install_refuses_an_unknown_agent(project):
