@@ -14,7 +14,7 @@ Usage:
     search QUERY | recall QUERY | context PROMPT                retrieve
     rules [list|add TEXT|remove N] | forget ID | export | reindex
     daemon start|stop|status|restart|run                        the background process
-    hook start|inject|pretool|capture|failure|stop|end|precompact  Claude Code's hooks (JSON on stdin)
+    hook [--agent A] start|inject|pretool|capture|failure|stop|end|precompact  agent A's hooks (default claude)
     mcp                                                         MCP server on stdio (any MCP client)
 
 Life of a capture (a tool result; a prompt or the agent's answer goes the same way):
@@ -366,6 +366,16 @@ MCP_MAX_MESSAGE = 4 * 1024 * 1024
 MCP_NOTE_CHARS, MCP_CANDIDATES, MCP_CANDIDATE_CHARS = 20000, 12, 400
 # Transcript formats `remember` reads (see mcp_transcript_messages).
 MCP_TRANSCRIPT_FORMATS = ("claude-jsonl",)
+
+# ---- other agents ----
+# The agent whose dialect the hooks speak natively (see Adapter); recall and thread views
+# name the agent of the other agents' messages only.
+NATIVE_AGENT = "claude"
+# Characters of a recall answer read back to become an agent's denial reason (the recall
+# itself is shorter: an inject-sized text plus its thread headers).
+RECALL_REASON_CHARS = 16000
+# Shell words of a command searched for a `.ai/recall/<query>` path (a recall is `cat PATH`).
+RECALL_COMMAND_WORDS = 16
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -1324,6 +1334,18 @@ class Store:
         write_bytes_atomic(path, (text if text.endswith("\n") else text + "\n").encode("utf-8"))
         return path
 
+    def read_recall(self, path, limit=RECALL_REASON_CHARS):
+        """The text of a recall answer write_recall() wrote at `path` ("" for any other path):
+        an agent that cannot be pointed at the file gets its text instead."""
+        if not isinstance(path, str) or os.path.dirname(path) != self.recall_dir:
+            return ""
+        try:
+            fd = open_data_file(path, os.O_RDONLY)
+            with os.fdopen(fd, "rb") as fh:
+                return fh.read(limit * 4).decode("utf-8", "replace")[:limit]
+        except OSError:
+            return ""
+
     def open_daemon_log(self):
         """A descriptor appending to logs/daemon.log (the daemon's stderr), never through a link."""
         return open_data_file(self.daemon_log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -1351,7 +1373,7 @@ class Store:
             if not (isinstance(entry, dict) and isinstance(entry.get("text"), str) and valid_id(entry.get("id"))
                     and type(entry.get("ts")) in (int, float) and valid_ts(entry["ts"]) is not None
                     and isinstance(entry.get("source"), str) and entry.get("origin") in ORIGINS
-                    and all(isinstance(entry.get(k, ""), str) for k in ("file", "session"))):
+                    and all(isinstance(entry.get(k, ""), str) for k in ("file", "session", "agent"))):
                 raise CorruptRecord("not a capture entry")
             return entry
         except FileNotFoundError:
@@ -4186,7 +4208,7 @@ class MemoryIndex:
         messages, with_vec, vecs = [], [], []
         for msg in thread["messages"]:
             raw = msg.pop("vec", None)
-            msg = self._compact(msg, ("source", "session", "file"))
+            msg = self._compact(msg, ("source", "session", "file", "agent"))
             if raw and current:
                 with_vec.append(msg["id"])
                 vecs.append(a2b_base64(raw))  # vec_decode() without its copies
@@ -4623,7 +4645,7 @@ class MemoryWriter(MemoryIndex):
                 parent.setdefault("child_ids", []).append(thread["id"])
                 touched_t.add(parent["id"])
         msg = {"id": mid, "ts": iso(now), "source": entry["source"], "text": entry["text"]}
-        for key in ("file", "session"):
+        for key in ("file", "session", "agent"):
             if entry.get(key):
                 msg[key] = entry[key]
         if entry.get("turn"):
@@ -5064,7 +5086,7 @@ def render_recall(query, threads, messages, related, reactivated, now, lang, hal
         if t["id"] in reactivated:
             lines.append("  " + tr("recall_reactivated", lang))
         lines.append("  " + tr("recall_summary", lang, summary=t.get("summary", "")))
-        lines += ["  - " + shorten(item_line(m, lang), 500) for m in messages.get(t["id"], [])]
+        lines += ["  - " + agent_tag(m) + shorten(item_line(m, lang), 500) for m in messages.get(t["id"], [])]
     if related:
         lines += ["", tr("recall_bridges", lang)]
         lines += ["  - " + render_related(rel, lang) for rel in related[:6]]
@@ -5075,7 +5097,7 @@ def render_thread(thread, related, now, lang, half_life_days):
     """The view of one thread: its header, summary, last 15 messages and related threads."""
     lines = [render_thread_header(thread, now, lang, half_life_days),
              "  " + tr("recall_summary", lang, summary=thread.get("summary", ""))]
-    lines += ["  - " + shorten(item_line(m, lang), 600) for m in thread["messages"][-15:]]
+    lines += ["  - " + agent_tag(m) + shorten(item_line(m, lang), 600) for m in thread["messages"][-15:]]
     lines += ["  ~ " + render_related(rel, lang) for rel in related[:8]]
     return "\n".join(lines)
 
@@ -5090,6 +5112,12 @@ def render_thread_header(thread, now, lang, half_life_days):
 def render_related(rel, lang):
     """A related thread (see Memory.related_threads) as one line."""
     return tr("ctx_related", lang, title=rel["title"], kind=rel["kind"], conf=f"{rel['confidence']:.2f}", age=rel["age"])
+
+
+def agent_tag(msg):
+    """Which agent a recalled message came from, when not the native one: one memory serves
+    several agents, and what Codex saw is not what Claude Code saw."""
+    return f"({msg['agent']}) " if msg.get("agent") not in (None, NATIVE_AGENT) else ""
 
 
 def source_label(source):
@@ -5860,6 +5888,8 @@ MAX_HOOK_INPUT = 8 * 1024 * 1024
 CAPTURE_KEY = "_ai_smartness_capture_id"
 # Payload key set by the process shell once it journaled the prompt itself (see run_hook).
 JOURNALED_KEY = "_ai_smartness_journaled"
+# Payload key naming the agent whose hook sent it (an AGENTS name, set by the process shell).
+AGENT_KEY = "_ai_smartness_agent"
 
 
 class HookTimeout(BaseException):
@@ -6119,10 +6149,14 @@ def journal(store, entry, name=None):
 
 def with_turn(entry, payload):
     """A capture entry with the user turn it belongs to (the payload's prompt_id, when the
-    client sends one): the drain keeps a turn's tool results and conclusion in its thread."""
+    client sends one): the drain keeps a turn's tool results and conclusion in its thread.
+    It also names the agent whose hook sent it (see Adapter)."""
     turn = payload.get("prompt_id")
     if entry and isinstance(turn, str) and turn:
         entry["turn"] = clean_field(turn, 100)
+    agent = payload.get(AGENT_KEY)
+    if entry and agent in AGENTS:
+        entry["agent"] = agent
     return entry
 
 
@@ -6380,7 +6414,7 @@ def parse_payload(raw, log=None):
     if not isinstance(payload, dict):
         log("hook payload is not an object")
         return None
-    for key in (CAPTURE_KEY, JOURNALED_KEY):
+    for key in (CAPTURE_KEY, JOURNALED_KEY, AGENT_KEY):
         payload.pop(key, None)
     return payload
 
@@ -6441,23 +6475,25 @@ def process_age():
         return 0.0
 
 
-def run_hook(name, project_arg=None):
+def run_hook(name, project_arg=None, agent=None):
     """Entry point of every hook process: prints answer()'s text or nothing, returns 0 and
-    lets nothing escape, not even the budget timer firing in an except clause."""
+    lets nothing escape, not even the budget timer firing in an except clause. `agent`: the
+    AGENTS name whose dialect the payload and the answer speak (None: Claude Code)."""
     import _signal as signal
     try:
         os.umask(0o077)  # whatever we create is private, whatever umask Claude Code runs with
         try:
-            return _hook_process(name, project_arg, signal)
+            return _hook_process(name, project_arg, signal, agent)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except BaseException:  # the timer is one-shot: once here, nothing can interrupt this
         return 0
 
 
-def _hook_process(name, project_arg, signal):
+def _hook_process(name, project_arg, signal, agent=None):
     age = process_age()
-    found = hook_named(name)
+    adapter = AGENTS.get(agent or NATIVE_AGENT)
+    found = hook_named(adapter.events.get(name, name)) if adapter else None
     if found is None or os.environ.get("AI_SMARTNESS_INTERNAL"):
         return 0  # unknown, or started by ai_smartness itself: capturing it would loop
     BUDGET.update(defer=found.name in JOURNAL_FIRST, expired=False)
@@ -6472,8 +6508,11 @@ def _hook_process(name, project_arg, signal):
             store.ensure()
         payload = parse_payload(raw, lambda msg, **f: store.log.error(msg, hook=found.name, **f))
         if payload is not None:
-            payload = trim_strings(payload)
+            payload = adapter.payload_in(found.name, trim_strings(payload))
+        if payload is not None:
+            payload[AGENT_KEY] = adapter.name
         out = shell_answer(found, payload, store, project) if payload is not None else None
+        out = adapter.answer_out(found.name, out, store) if out else None
         signal.setitimer(signal.ITIMER_REAL, 0)
         if out:
             sys.stdout.buffer.write(out.encode("utf-8", "replace"))
@@ -6809,6 +6848,191 @@ class McpServer:
 
 
 
+# ---- other agents ----
+# Codex CLI and Gemini CLI run hooks shaped like Claude Code's, with other event, field and
+# tool names. An Adapter is one agent's dialect, declared once with @agent: install.sh writes
+# `hook --agent NAME HOOK` commands for the `events` it lists, and the process shell passes
+# the payload through payload_in() (the agent's -> Claude Code's, so every hook_* body, the
+# daemon and the memory see one shape) and the answer through answer_out() (Claude Code's
+# JSON -> the agent's). Whichever agent wrote a message, it lands in the project's one memory.
+
+
+class Adapter:
+    """Claude Code's own dialect: payloads and answers pass unchanged. `events`: the agent's
+    hook event -> our hook name; `tools`: its tool names -> Claude Code's (unlisted: ignored)."""
+    name = NATIVE_AGENT
+    events = {h.event: h.name for h in HOOKS.values()}
+    tools = {}
+
+    def payload_in(self, hook, payload):
+        """The payload as Claude Code would send it, or None when there is nothing to do."""
+        return payload
+
+    def answer_out(self, hook, out, store):
+        """Our answer (Claude Code's JSON) as the agent reads it, or None to print nothing."""
+        return out
+
+
+AGENTS = {}  # name -> Adapter instance, in declaration order
+
+
+def agent(cls):
+    """Declare an agent's Adapter: the one place that knows its dialect."""
+    AGENTS[cls.name] = cls()
+    return cls
+
+
+agent(Adapter)
+
+
+def command_recall_path(command):
+    """The `.ai/recall/<query>` path a shell command reads (`cat .ai/recall/auth`), or None: an
+    agent that reads files with its shell recalls that way."""
+    if not isinstance(command, str) or ".ai/recall/" not in command or len(command) > MAX_RECALL_PATH:
+        return None
+    import shlex
+    try:
+        words = shlex.split(command)[:RECALL_COMMAND_WORDS]
+    except ValueError:  # an unclosed quote
+        return None
+    return next((w for w in words if ".ai/recall/" in w), None)
+
+
+def recall_denial(out, store):
+    """The recall text a Claude Code PreToolUse answer points the Read at ("" when it points
+    nowhere): for an agent that is told the recall as the reason its read was denied."""
+    try:
+        spec = json.loads(out)["hookSpecificOutput"]
+        return store.read_recall(spec["updatedInput"]["file_path"]) if spec.get("permissionDecision") == "allow" else ""
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+class ShellAgent(Adapter):
+    """What Codex CLI and Gemini CLI share: their transcripts are not Claude Code's (the stop
+    hook takes the answer from the payload, the synthesis from the memory), a shell command
+    that reads `.ai/recall/<query>` is a recall, and the recall is the reason the read is
+    denied (the model sees it, nothing runs)."""
+
+    def payload_in(self, hook, payload):
+        payload.pop("transcript_path", None)
+        tool = payload.get("tool_name")
+        if hook in ("pretool", "capture"):
+            if tool not in self.tools:
+                return None
+            payload["tool_name"] = tool = self.tools[tool]
+        if hook == "pretool" and tool == "Bash":
+            path = command_recall_path((payload.get("tool_input") or {}).get("command"))
+            if path is None:
+                return None
+            payload.update(tool_name="Read", tool_input={"file_path": path})
+        return payload
+
+    @staticmethod
+    def absolute(payload, path):
+        """A tool's file path as Claude Code gives it: absolute (these agents give it relative
+        to the session's cwd, and the daemon does not run there)."""
+        cwd = payload.get("cwd")
+        return os.path.join(cwd, path) if path and isinstance(cwd, str) and os.path.isabs(cwd) else path
+
+    def answer_out(self, hook, out, store):
+        if hook != "pretool":
+            return out
+        text = recall_denial(out, store)
+        return self.deny(text) if text else None
+
+
+# The first file an apply_patch patch names (Codex CLI's file edits).
+_PATCH_FILE_RE = LazyRe(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.M)
+
+
+@agent
+class Codex(ShellAgent):
+    """Codex CLI (@openai/codex 0.169): Claude Code's event and field names and answers, its
+    one shell tool named Bash with the output as a plain string, file edits by apply_patch,
+    the turn as turn_id."""
+    name = "codex"
+    events = {"SessionStart": "start", "UserPromptSubmit": "inject", "PreToolUse": "pretool",
+              "PostToolUse": "capture", "Stop": "stop", "PreCompact": "precompact", "SessionEnd": "end"}
+    tools = {"Bash": "Bash", "apply_patch": "Edit"}
+
+    def payload_in(self, hook, payload):
+        payload = super().payload_in(hook, payload)
+        if payload is None:
+            return None
+        if isinstance(payload.get("turn_id"), str):
+            payload.setdefault("prompt_id", payload["turn_id"])
+        resp, inp = payload.get("tool_response"), payload.get("tool_input")
+        if hook == "capture" and payload["tool_name"] == "Bash" and isinstance(resp, str):
+            payload["tool_response"] = {"stdout": resp}
+        if hook == "capture" and payload["tool_name"] == "Edit" and isinstance(inp, dict):
+            patch = str(inp.get("command") or inp.get("patch") or inp.get("input") or "")
+            found = _PATCH_FILE_RE.search(patch)
+            payload["tool_input"] = {"file_path": self.absolute(payload, found.group(1).strip() if found else ""),
+                                     "old_string": "", "new_string": patch}
+        return payload
+
+    @staticmethod
+    def deny(text):
+        return json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                                  "permissionDecisionReason": text}}, ensure_ascii=False)
+
+
+# Gemini CLI's non-interactive mode puts the session briefing before the prompt, in these tags:
+# it is our own text, not the user's words.
+_GEMINI_CONTEXT_RE = LazyRe(r"\A\s*<hook_context>.*?</hook_context>\s*", re.S)
+# Gemini CLI wraps a shell command's output: the wrapper and the process group line are noise.
+_GEMINI_SHELL_RE = LazyRe(r"</?untrusted_context>|^Process Group PGID: \d+$|^Output: ", re.M)
+
+
+@agent
+class Gemini(ShellAgent):
+    """Gemini CLI (@google/gemini-cli 0.61): its own event names (BeforeAgent for the prompt,
+    AfterAgent with the answer as prompt_response), snake_case tools answering
+    {llmContent, returnDisplay, error}, a denied tool's `reason` shown to the model. No
+    PreCompress: it fires before every model request, not only before a compression."""
+    name = "gemini"
+    events = {"SessionStart": "start", "BeforeAgent": "inject", "BeforeTool": "pretool", "AfterTool": "capture",
+              "AfterAgent": "stop", "SessionEnd": "end"}
+    tools = {"read_file": "Read", "write_file": "Write", "replace": "Edit", "run_shell_command": "Bash",
+             "web_fetch": "WebFetch", "google_web_search": "WebSearch"}
+
+    def payload_in(self, hook, payload):
+        if hook == "inject" and isinstance(payload.get("prompt"), str):
+            payload["prompt"] = _GEMINI_CONTEXT_RE.sub("", payload["prompt"], count=1)
+        if hook == "stop" and isinstance(payload.get("prompt_response"), str):
+            payload["last_assistant_message"] = payload["prompt_response"]
+        payload = super().payload_in(hook, payload)
+        if payload is None or hook != "capture":
+            return payload
+        resp = payload.get("tool_response")
+        if not isinstance(resp, dict) or resp.get("error"):
+            return None  # a failed read or edit says nothing about the project
+        text = resp.get("llmContent")
+        text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
+        tool, inp = payload["tool_name"], payload.get("tool_input")
+        if isinstance(inp, dict) and isinstance(inp.get("file_path"), str):
+            payload["tool_input"] = dict(inp, file_path=self.absolute(payload, inp["file_path"]))
+        if tool == "Read":
+            payload["tool_response"] = {"file": {"content": text}}
+        elif tool == "Bash":
+            payload["tool_response"] = {"stdout": _GEMINI_SHELL_RE.sub("", text).strip()}
+        else:
+            payload["tool_response"] = {"output": text}
+        return payload
+
+    def answer_out(self, hook, out, store):
+        if hook == "inject":
+            doc = json.loads(out)
+            doc["hookSpecificOutput"]["hookEventName"] = "BeforeAgent"
+            return json.dumps(doc, ensure_ascii=False)
+        return super().answer_out(hook, out, store)
+
+    @staticmethod
+    def deny(text):
+        return json.dumps({"decision": "deny", "reason": text}, ensure_ascii=False)
+
+
 # ==== 10. CLI ====
 
 
@@ -6886,6 +7110,9 @@ def build_parser():
     p = sub.add_parser("hook", help=text, description=text)
     p.add_argument("name", metavar="|".join(HOOKS), help="the hook, or the Claude Code event it answers: " +
                    ", ".join(f"{h.name} ({h.event})" for h in HOOKS.values()))
+    p.add_argument("--agent", choices=tuple(AGENTS), default=NATIVE_AGENT,
+                   help="the agent whose hook payloads and answers to speak (default %(default)s); "
+                        "NAME may then also be that agent's event name")
     return parser
 
 
@@ -7242,9 +7469,11 @@ def main(argv=None):
         project, argv = argv[1], argv[2:]
     if len(argv) == 2 and argv[0] == "hook" and not argv[1].startswith("-"):
         return run_hook(argv[1], project)
+    if len(argv) == 4 and argv[:2] == ["hook", "--agent"] and not argv[3].startswith("-"):
+        return run_hook(argv[3], project, argv[2])
     args = build_parser().parse_args(([] if project is None else ["--project", project]) + glue_option_values(argv))
     if args.command == "hook":
-        return run_hook(args.name, args.project)
+        return run_hook(args.name, args.project, args.agent)
     cli = None
     try:
         cli = Cli(args)

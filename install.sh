@@ -12,7 +12,8 @@ Usage: install.sh [options] PROJECT_DIR
        install.sh --deps-only
 
 Installs ai_smartness into PROJECT_DIR/.ai/ and adds its hooks to
-PROJECT_DIR/.claude/settings.json. Settings and hooks already there are kept.
+PROJECT_DIR/.claude/settings.json (Claude Code), .codex/hooks.json (Codex CLI) or
+.gemini/settings.json (Gemini CLI). Settings and hooks already there are kept.
 
 Options:
   --lang en|fr|es        language of memory texts (default en; asked on a terminal)
@@ -23,6 +24,9 @@ Options:
   --shortcut             also install an `ai` command in ~/.local/bin for this project
   --mcp                  also register the MCP server for Claude Code (PROJECT_DIR/.mcp.json) and
                          print how to register it with other MCP clients
+  --agent claude|codex|gemini
+                         the agent whose hooks to install; repeat for several (default: the
+                         agents found on this machine, asked on a terminal; else claude)
   --project DIR          same as the PROJECT_DIR argument
   --uninstall            remove our hooks, shortcut and MCP entry, stop the daemon; keeps the memory in .ai/
   --purge                with --uninstall: also delete PROJECT_DIR/.ai/ (all memory)
@@ -63,6 +67,8 @@ pyjson() {
 import json, os, re, shlex, shutil, sys, tempfile
 
 MARKER = "# ai_smartness"   # ends every hook command we own; Claude Code rejects unknown keys
+# Keys of Gemini CLI's "hooks" object that are settings, not events: kept as they are.
+HOOK_SETTINGS = ("enabled", "disabled", "notifications")
 DRY = os.environ.get("AIS_DRY") == "1"
 
 def say(msg): print("ai_smartness: " + msg)
@@ -117,14 +123,14 @@ def ours(handler):
 
 def our_commands(hooks):
     for groups in hooks.values():
-        for g in groups:
+        for g in groups if isinstance(groups, list) else []:
             for h in (g.get("hooks") or []) if isinstance(g, dict) else []:
                 if ours(h):
                     yield h["command"]
 
 def hooks_of(settings, path):
     hooks = settings.get("hooks", {})
-    if not isinstance(hooks, dict) or not all(isinstance(g, list) for g in hooks.values()):
+    if not isinstance(hooks, dict) or not all(isinstance(g, list) or k in HOOK_SETTINGS for k, g in hooks.items()):
         fail(f'{path}: "hooks" must map event names to lists; nothing was changed.')
     return hooks
 
@@ -148,6 +154,9 @@ def strip(hooks, drop_emptied, keep=()):
     """hooks without our handlers, and where our first group stood in each event."""
     out, where = {}, {}
     for event, groups in hooks.items():
+        if not isinstance(groups, list):
+            out[event] = groups  # a Gemini CLI hook setting
+            continue
         kept = []
         for g in groups:
             handlers = g.get("hooks") if isinstance(g, dict) else None
@@ -514,6 +523,35 @@ ask() { # ask VAR PROMPT DEFAULT CHOICE...: read a choice from the terminal
   done
 }
 
+# ==== Agents: whose hooks go where ====
+AGENT_NAMES='claude codex gemini'
+agent_settings() { # the file holding agent $1's hooks for this project
+  case $1 in
+    claude) printf '%s' "$SETTINGS" ;;
+    codex) printf '%s' "$PROJECT/.codex/hooks.json" ;;
+    gemini) printf '%s' "$PROJECT/.gemini/settings.json" ;;
+  esac
+}
+agent_template() { if [ "$1" = claude ]; then printf '%s' "$SRC/settings.template.json"; else printf '%s' "$SRC/$1.template.json"; fi; }
+
+# --agent, else the agents found on this machine, asked on a terminal, else Claude Code alone.
+choose_agents() {
+  local found=claude a ok
+  if [ -z "$AGENTS_OPT" ] && [ -t 0 ] && [ "$DRY" = 0 ]; then
+    for a in codex gemini; do ! command -v "$a" >/dev/null || found="$found $a"; done
+    while :; do
+      read -r -p "Agents to install hooks for ($AGENT_NAMES) [$found]: " AGENTS_OPT || AGENTS_OPT=
+      AGENTS_OPT=${AGENTS_OPT:-$found} ok=1
+      for a in ${AGENTS_OPT//,/ }; do case " $AGENT_NAMES " in *" $a "*) ;; *) ok=0 ;; esac; done
+      [ "$ok" = 0 ] || break
+      warn "choose among: $AGENT_NAMES"
+    done
+  fi
+  local chosen=''
+  for a in $AGENT_NAMES; do case " ${AGENTS_OPT//,/ } " in *" $a "*) chosen="$chosen $a" ;; esac; done
+  AGENTS_OPT=${chosen:-claude}
+}
+
 # ==== Actions ====
 # What makes $AI_DIR unsafe, or nothing. The memory folder must be a real folder of this user
 # that nobody else may write: what a symlinked or shared folder holds may have been planted
@@ -532,7 +570,8 @@ do_install() {
   local problem
   problem=$(data_dir_problem)
   [ -z "$problem" ] || err "$problem: refused (see README, Security)"
-  pyjson check "$SETTINGS" "$AI_DIR/config.json" "$SRC/settings.template.json"
+  choose_agents
+  for a in $AGENTS_OPT; do pyjson check "$(agent_settings "$a")" "$AI_DIR/config.json" "$(agent_template "$a")"; done
   [ "$MCP" = 0 ] || pyjson mcp-check "$PROJECT/.mcp.json"
   [ -f "$SRC/ai_smartness.py" ] || err "$SRC/ai_smartness.py is missing: run install.sh from the ai_smartness folder"
   [ -d "$SRC/i18n" ] || err "$SRC/i18n/ is missing"
@@ -549,7 +588,7 @@ do_install() {
   install_files
   pyjson config "$AI_DIR/config.json" "$LANG_OPT" "$MODE_OPT"
   gitignore_add
-  pyjson install "$SETTINGS" "$SRC/settings.template.json" "$PY" "$AI_DIR"
+  for a in $AGENTS_OPT; do pyjson install "$(agent_settings "$a")" "$(agent_template "$a")" "$PY" "$AI_DIR"; done
   [ "$SHORTCUT" = 0 ] || shortcut_install
   [ "$MCP" = 0 ] || pyjson mcp-install "$PROJECT/.mcp.json" "$PY" "$AI_DIR" "$PROJECT"
   [ "$DRY" = 0 ] || { say "dry run: nothing was changed"; return; }
@@ -562,7 +601,9 @@ do_install() {
 ai_smartness is installed in $AI_DIR (hooks run with $PY).
 Embeddings: $embeddings.
 Next steps:
-  1. Start (or restart) Claude Code in $PROJECT: memory loads at session start.
+  1. Start (or restart) your agent (${AGENTS_OPT# }) in $PROJECT: memory loads at session start.
+     Codex CLI runs a project's hooks once the project is trusted and you reviewed them (/hooks);
+     Gemini CLI, in a trusted folder.
   2. See what it remembers: $cli status
   3. Remove it: $(sq "$SRC/install.sh") --uninstall $(sq "$PROJECT")   (add --purge to delete the memory)
 EOF
@@ -570,10 +611,10 @@ EOF
 }
 
 do_uninstall() {
-  pyjson check "$SETTINGS"
+  local py='' limit=(command) a
+  for a in $AGENT_NAMES; do pyjson check "$(agent_settings "$a")"; done
   pyjson mcp-check "$PROJECT/.mcp.json"
-  local py limit=(command)
-  py=$(pyjson interpreter "$SETTINGS")
+  for a in $AGENT_NAMES; do [ -n "$py" ] || py=$(pyjson interpreter "$(agent_settings "$a")"); done
   ! command -v timeout >/dev/null || limit=(timeout 30)
   if [ -z "$py" ] || [ ! -x "$py" ]; then py=$SYS_PY; fi
   local problem
@@ -589,9 +630,11 @@ do_uninstall() {
       say "no daemon stopped (it may not have been running)"
     fi
   fi
-  pyjson uninstall "$SETTINGS"
+  for a in $AGENT_NAMES; do
+    pyjson uninstall "$(agent_settings "$a")"
+    [ "$DRY" = 1 ] || rmdir "$(dirname "$(agent_settings "$a")")" 2>/dev/null || true
+  done
   pyjson mcp-uninstall "$PROJECT/.mcp.json" "$AI_DIR"
-  [ "$DRY" = 1 ] || rmdir "$PROJECT/.claude" 2>/dev/null || true
   shortcut_remove
   if [ "$PURGE" = 1 ]; then
     if [ "$DRY" = 1 ]; then
@@ -609,7 +652,7 @@ do_uninstall() {
 
 need() { [ $# -ge 2 ] || bad "$1 needs a value"; }
 
-LANG_OPT='' MODE_OPT='' PROJECT='' EMBED=1 DEPS_ONLY=0 SHORTCUT=0 UNINSTALL=0 PURGE=0 DRY=0
+AGENTS_OPT='' LANG_OPT='' MODE_OPT='' PROJECT='' EMBED=1 DEPS_ONLY=0 SHORTCUT=0 UNINSTALL=0 PURGE=0 DRY=0
 MCP=0
 while [ $# -gt 0 ]; do
   case $1 in
@@ -621,6 +664,7 @@ while [ $# -gt 0 ]; do
     --deps-only) DEPS_ONLY=1 ;;
     --shortcut) SHORTCUT=1 ;;
     --mcp) MCP=1 ;;
+    --agent) need "$@"; AGENTS_OPT="$AGENTS_OPT ${2//,/ }"; shift ;;
     --uninstall) UNINSTALL=1 ;;
     --purge) PURGE=1 ;;
     --dry-run) DRY=1 ;;
@@ -632,6 +676,9 @@ done
 case $LANG_OPT in ''|en|fr|es) ;; *) bad "--lang must be en, fr or es" ;; esac
 case $MODE_OPT in ''|light|normal|heavy|max) ;; *) bad "--mode must be light, normal, heavy or max" ;; esac
 [ "$PURGE" = 0 ] || [ "$UNINSTALL" = 1 ] || bad "--purge goes with --uninstall"
+for a in $AGENTS_OPT; do
+  case $a in claude|codex|gemini) ;; *) bad "--agent must be claude, codex or gemini" ;; esac
+done
 
 if [ "$DEPS_ONLY" = 1 ]; then
   if [ -n "$PROJECT" ] || [ "$EMBED" = 0 ] || [ "$UNINSTALL" = 1 ]; then

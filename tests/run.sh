@@ -57,6 +57,26 @@ if ! claude_ok; then
   claude_ok || err "$CLAUDE --version does not run"
 fi
 export AI_SMARTNESS_CLAUDE_BIN=$CLAUDE
+# Codex CLI and Gemini CLI for tests/test_agents.py: pinned, in their own prefix beside Claude
+# Code's (an npm install there never touches it).
+CODEX_VERSION=0.169.0 GEMINI_VERSION=0.61.0
+AGENTS_NPM=$NPM_DIR/agents
+agents_ok() {
+  local home rc=0
+  home=$(mktemp -d)
+  [ "$(HOME=$home "$AGENTS_NPM/node_modules/.bin/codex" --version 2>/dev/null)" = "codex-cli $CODEX_VERSION" ] || rc=1
+  [ "$(HOME=$home "$AGENTS_NPM/node_modules/.bin/gemini" --version 2>/dev/null)" = "$GEMINI_VERSION" ] || rc=1
+  rm -rf "$home"
+  return "$rc"
+}
+if ! agents_ok; then
+  say "installing @openai/codex@$CODEX_VERSION and @google/gemini-cli@$GEMINI_VERSION into tests/.cache/npm/agents"
+  mkdir -p "$AGENTS_NPM"
+  npm install --prefix "$AGENTS_NPM" --no-audit --no-fund --save-exact \
+    "@openai/codex@$CODEX_VERSION" "@google/gemini-cli@$GEMINI_VERSION" >/dev/null \
+    || warn "npm install of Codex CLI or Gemini CLI failed; their end-to-end tests will skip"
+fi
+export AI_SMARTNESS_CODEX_BIN=$AGENTS_NPM/node_modules/.bin/codex AI_SMARTNESS_GEMINI_BIN=$AGENTS_NPM/node_modules/.bin/gemini
 # The embedding model ships inside a pip package: nothing may reach for the Hugging Face hub.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
