@@ -10,7 +10,7 @@ Usage:
     ai_smartness.py [--project DIR] <command> [options]
 
     capture [--source S] [--file PATH] [--at ISO|EPOCH] TEXT|-  feed content (the hooks' path)
-    import [--format F] [--since DATE] PATH...                agent transcripts into memory
+    import [--format F] [--since DATE] [--history] PATH...    agent transcripts into memory
     status | health | threads | thread ID | bridges             inspect (all take --json)
     search QUERY | recall QUERY | context PROMPT                retrieve
     rules [list|add TEXT|remove N] | forget ID | export | reindex
@@ -6948,7 +6948,9 @@ def build_parser():
                    help="ISO time or epoch seconds of the content, 1970..9999 (imported history keeps "
                         "its own time)")
     p = cmd("import", do_import, "read agent transcripts into memory (progress on stderr)")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="a transcript, or a folder of them")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="a transcript, or a folder of them")
+    p.add_argument("--history", action="store_true",
+                   help="also this project's own Claude Code, Codex and Gemini CLI sessions on this machine")
     p.add_argument("--format", default="auto", choices=("auto",) + IMPORT_FORMATS,
                    help="the transcripts' format (default: detected from each file's content)")
     p.add_argument("--since", metavar="DATE", help="only what happened at or after this ISO time")
@@ -7061,6 +7063,40 @@ def import_paths(paths):
     return out
 
 
+def claude_project_slug(path):
+    """The folder name Claude Code gives a project under ~/.claude/projects/: its path with
+    every character other than a letter or a digit made a dash (/home/u/my.app ->
+    -home-u-my-app, C:\\Users\\u\\app -> C--Users-u-app)."""
+    return re.sub(r"[^A-Za-z0-9]", "-", path)
+
+
+def history_paths(project, home):
+    """This project's own transcripts on this machine: Claude Code's sessions of the project
+    folder, Codex rollouts whose session started in it (or below), Gemini CLI chats of its
+    project hash (the sha256 of its path)."""
+    import hashlib
+    roots = list(dict.fromkeys((os.path.abspath(project), os.path.realpath(project))))
+    out = [os.path.join(home, ".claude", "projects", claude_project_slug(r)) for r in roots]
+    out += [os.path.join(home, ".gemini", "tmp", hashlib.sha256(r.encode()).hexdigest(), "chats") for r in roots]
+    out = [p for p in out if os.path.isdir(p)]
+    codex = os.path.join(os.environ.get("CODEX_HOME") or os.path.join(home, ".codex"), "sessions")
+    for folder, dirs, files in os.walk(codex):
+        dirs.sort()
+        for name in sorted(files):
+            if name.startswith("rollout-") and name.endswith(".jsonl"):
+                path = os.path.join(folder, name)
+                try:
+                    with open(path, "rb") as fh:
+                        meta = json.loads(fh.readline(IMPORT_SNIFF_BYTES))
+                except (OSError, ValueError, RecursionError):
+                    continue
+                meta = meta.get("payload", meta) if isinstance(meta, dict) else {}
+                cwd = meta.get("cwd") if isinstance(meta, dict) else None
+                if isinstance(cwd, str) and any(cwd == r or cwd.startswith(r.rstrip("/") + "/") for r in roots):
+                    out.append(path)
+    return list(dict.fromkeys(out))
+
+
 def import_events(path, fmt, stats, progress):
     """The events of one transcript (see claude_events), its format detected when `fmt` is
     auto. JSONL is streamed line by line; a corrupt line is counted, named on stderr (the
@@ -7147,7 +7183,9 @@ def do_import(cli, args):
     since = valid_ts(args.since) if args.since else None
     if args.since and since is None:
         raise UsageError(f"--since must be a date: {args.since[:60]!r}")
-    files = import_paths(args.paths)
+    if not args.paths and not args.history:
+        raise UsageError("import needs a PATH or --history")
+    files = import_paths(args.paths + (history_paths(cli.project, os.path.expanduser("~")) if args.history else []))
     started, stats = time.time(), Counter()
     bar = _ImportBar(sum(os.path.getsize(f) for f in files))
     mem = cli.mem()

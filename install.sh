@@ -21,6 +21,8 @@ Options:
   --no-embeddings        skip the embedding stack, run hooks with the system python3 (stdlib only)
   --deps-only            only create or check the shared venv with the embedding stack
   --shortcut             also install an `ai` command in ~/.local/bin for this project
+  --import-history       import this project's earlier Claude Code, Codex and Gemini CLI sessions
+                         into memory (asked on a terminal at the first install)
   --project DIR          same as the PROJECT_DIR argument
   --uninstall            remove our hooks and shortcut, stop the daemon; keeps the memory in .ai/
   --purge                with --uninstall: also delete PROJECT_DIR/.ai/ (all memory)
@@ -425,6 +427,15 @@ shortcut_remove() {
   say "removed $SHORTCUT_FILE"
 }
 
+# Backfill: the module finds this project's transcripts (`import --history`); importing
+# them again adds nothing.
+import_history() {
+  if [ "$DRY" = 1 ]; then say "would import this project's earlier agent sessions"; return; fi
+  say "importing this project's earlier agent sessions"
+  "$PY" "$AI_DIR/ai_smartness.py" --project "$PROJECT" import --history ||
+    warn "the import of earlier sessions failed; re-run: $(sq "$PY") $(sq "$AI_DIR/ai_smartness.py") --project $(sq "$PROJECT") import --history"
+}
+
 ask() { # ask VAR PROMPT DEFAULT CHOICE...: read a choice from the terminal
   local answer c
   while :; do
@@ -461,6 +472,7 @@ do_install() {
   if [ -t 0 ] && [ "$DRY" = 0 ] && [ ! -e "$AI_DIR/config.json" ]; then
     [ -n "$LANG_OPT" ] || ask LANG_OPT "Language (en, fr, es)" en en fr es
     [ -n "$MODE_OPT" ] || ask MODE_OPT "Mode (light, normal, heavy, max)" normal light normal heavy max
+    [ -n "$IMPORT_HISTORY" ] || ask IMPORT_HISTORY "Import this project's earlier agent sessions into memory (y, n)" y y n
   fi
   if [ "$EMBED" = 1 ]; then
     ensure_deps
@@ -473,6 +485,7 @@ do_install() {
   gitignore_add
   pyjson install "$SETTINGS" "$SRC/settings.template.json" "$PY" "$AI_DIR"
   [ "$SHORTCUT" = 0 ] || shortcut_install
+  [ "$IMPORT_HISTORY" != y ] || import_history
   [ "$DRY" = 0 ] || { say "dry run: nothing was changed"; return; }
   local cli embeddings="on (shared venv $VENV)"
   cli="$(sq "$PY") $(sq "$AI_DIR/ai_smartness.py") --project $(sq "$PROJECT")"
@@ -528,6 +541,7 @@ do_uninstall() {
 need() { [ $# -ge 2 ] || bad "$1 needs a value"; }
 
 LANG_OPT='' MODE_OPT='' PROJECT='' EMBED=1 DEPS_ONLY=0 SHORTCUT=0 UNINSTALL=0 PURGE=0 DRY=0
+IMPORT_HISTORY=''
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
@@ -537,6 +551,7 @@ while [ $# -gt 0 ]; do
     --no-embeddings) EMBED=0 ;;
     --deps-only) DEPS_ONLY=1 ;;
     --shortcut) SHORTCUT=1 ;;
+    --import-history) IMPORT_HISTORY=y ;;
     --uninstall) UNINSTALL=1 ;;
     --purge) PURGE=1 ;;
     --dry-run) DRY=1 ;;

@@ -10,7 +10,7 @@ import pytest
 
 import ai_smartness as ai
 from conftest import cli, cli_json
-from support import installed_hook, shared_path, stop_daemons
+from support import installed_hook, shared_path, stop_daemons, unavailable
 
 TRANSCRIPTS = ("fixtures", "claude-code", "transcripts")
 
@@ -367,3 +367,99 @@ def test_bad_arguments(project, tmp_path):
     assert cli("import", tmp_path / "missing.jsonl", project=project).returncode == 2
     assert cli("import", "--since", "yesterday-ish", tmp_path, project=project).returncode == 2
     assert cli("import", "--format", "word-doc", tmp_path, project=project).returncode == 2
+
+
+# ---- install.sh --import-history, then a new session with the real Claude Code CLI ----
+
+HISTORY_TOKEN = "pelicanrune4412"
+
+
+def claude_history(project, home, days_ago=2.0):
+    """An earlier Claude Code session of `project` where Claude Code keeps it
+    (~/.claude/projects/<slug>/<session>.jsonl), in the record shape of 2.1.x (the fixtures):
+    a prompt, a Read with its tool_use / tool_result / toolUseResult, the final answer."""
+    import time
+    sid = "7d0f5e2a-3b1c-4d6e-8f90-a1b2c3d4e5f6"
+    start = time.time() - days_ago * 86400
+    at = lambda s: time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(start + s))  # noqa: E731
+    common = {"isSidechain": False, "userType": "external", "entrypoint": "cli", "cwd": str(project),
+              "sessionId": sid, "version": "2.1.119", "gitBranch": "main"}
+    prompt_id, path = "0c8e7d6a-1111-4222-8333-944455556666", str(project / "ledger.py")
+    records = [
+        {"type": "file-history-snapshot", "messageId": "u1", "snapshot": {"messageId": "u1", "trackedFileBackups": {},
+                                                                         "timestamp": at(0)}, "isSnapshotUpdate": False},
+        dict(common, parentUuid=None, promptId=prompt_id, type="user", uuid="u1", timestamp=at(0),
+             message={"role": "user", "content": "The billing ledger rounds refunds twice; find where "
+                                                 f"(ticket {HISTORY_TOKEN})"}),
+        dict(common, parentUuid="u1", type="assistant", uuid="a1", timestamp=at(5),
+             message={"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
+                      "content": [{"type": "tool_use", "id": "toolu_ledger", "name": "Read",
+                                   "input": {"file_path": path}}]}),
+        dict(common, parentUuid="a1", promptId=prompt_id, type="user", uuid="u2", timestamp=at(6),
+             message={"role": "user", "content": [{"tool_use_id": "toolu_ledger", "type": "tool_result",
+                                                   "content": "def refund(amount):\n    return round(round(amount, 2), 2)\n"}]},
+             toolUseResult={"type": "text", "file": {"filePath": path, "numLines": 2, "startLine": 1, "totalLines": 2,
+                                                     "content": "def refund(amount):\n    return round(round(amount, 2), 2)\n"}}),
+        dict(common, parentUuid="u2", type="assistant", uuid="a2", timestamp=at(9),
+             message={"id": "msg_2", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
+                      "content": [{"type": "text", "text": "The billing ledger's refund() in ledger.py rounds twice: "
+                                                           "round(round(amount, 2), 2). Keep one rounding."}]}),
+    ]
+    folder = home / ".claude" / "projects" / ai.claude_project_slug(str(project))
+    folder.mkdir(parents=True)
+    (folder / f"{sid}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return folder
+
+
+def test_project_slug_is_claude_codes():
+    """As the real client names its folders (../shared fixtures: the observed payloads'
+    transcript_path, and a Windows one)."""
+    assert ai.claude_project_slug("/home/user/proj") == "-home-user-proj"
+    assert ai.claude_project_slug("C:\\Users\\noahm\\Project") == "C--Users-noahm-Project"
+    assert ai.claude_project_slug("/tmp/my.app_v2 x") == "-tmp-my-app-v2-x"
+
+
+def test_history_finds_this_projects_claude_codex_and_gemini_sessions(project, tmp_path):
+    import hashlib
+    home = tmp_path / "home"
+    own = claude_history(project, home)
+    other = home / ".claude" / "projects" / ai.claude_project_slug(str(project) + "-old")
+    other.mkdir(parents=True)
+    day = home / ".codex" / "sessions" / "2025" / "10" / "29"
+    day.mkdir(parents=True)
+    mine = codex_rollout(day / "rollout-2025-10-29T00-59-38-a.jsonl", cwd=str(project / "src"))
+    codex_rollout(day / "rollout-2025-10-29T01-00-00-b.jsonl", cwd="/elsewhere")
+    chats = home / ".gemini" / "tmp" / hashlib.sha256(str(project).encode()).hexdigest() / "chats"
+    chats.mkdir(parents=True)
+    assert ai.history_paths(str(project), str(home)) == [str(own), str(chats), str(mine)]
+    out = cli_json("import", "--history", project=project)
+    assert out["files"] == 2 and out["sessions"] == 2 and out["stored"] == 7, out
+
+
+def test_install_import_history_then_a_new_session_recalls_it(tmp_path):
+    """The issue's "must show": a fresh project with a Claude Code history, `install.sh
+    --import-history`, then the first prompt of a new session (the real CLI, the stand-in
+    API) carries memory of the earlier session; importing again adds nothing."""
+    from e2e_support import Sandbox, claude_bin
+    from fake_anthropic import FakeAnthropic, system_entries
+    claude = claude_bin()
+    if not claude:
+        unavailable("real Claude Code CLI not found (tests/run.sh sets AI_SMARTNESS_CLAUDE_BIN)")
+    box = Sandbox(tmp_path, claude)
+    try:
+        claude_history(box.project, box.home)
+        done = box.install("--import-history")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "importing this project's earlier agent sessions" in done.stdout, done.stdout
+        assert "3 messages stored" in done.stdout, done.stdout
+        with FakeAnthropic(["All done."]) as api:
+            run = box.run_claude(api, "Fix the double rounding of refunds in the billing ledger")
+            bodies = api.bodies()
+        assert run.returncode == 0, run
+        memory = "\n".join(s for s in system_entries(bodies[0]) if "UserPromptSubmit hook additional context" in s)
+        assert HISTORY_TOKEN in memory or "round(round(amount" in memory, system_entries(bodies[0])
+        # Again, now with the new session's own transcript, which the hooks captured live.
+        again = box.cli_json("import", "--history")
+        assert again and again["files"] == 2 and again["stored"] == 0 and again["known"] >= 4, again
+    finally:
+        box.stop_daemon()
