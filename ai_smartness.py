@@ -22,8 +22,10 @@ Life of a capture (a tool result; a prompt or the agent's answer goes the same w
        run_hook() -> _hook_process() reads it under the hook's time budget (SIGALRM).
     2. parse_payload() checks its fields; shell_answer() hands it to the daemon with request()
        over .ai/daemon.sock, or answers in-process (answer()) when none is reachable.
-    3. hook_capture(): tool_capture() picks the text, prepare_capture() cleans and redacts it,
-       journal() writes it to .ai/inbox/ (Store.inbox_append()). The hook exits 0, silent.
+    3. hook_capture(): capture_entry() has tool_capture() pick the text, prepare_capture()
+       clean and redact it and with_turn() key it (capture_key(): `import` of the transcript
+       later finds the same key), journal() writes it to .ai/inbox/ (Store.inbox_append()).
+       The hook exits 0, silent.
     4. In the daemon, Daemon._drain() lists the inbox; EmbedAhead.plan() has the embedding
        workers compute its vectors ahead, outside the memory lock.
     5. MemoryWriter.drain_entries() -> MemoryWriter._apply(): decide() continues, forks or
@@ -4126,6 +4128,12 @@ def sniff_format(head):
         if "history" in first or "messages" in first:
             text = json.dumps(first)  # a one-line document: judged by its keys below
         elif {"sessionId", "parentUuid", "leafUuid", "messageId", "uuid"} & set(first):
+            return "claude-jsonl"
+    elif text.startswith("{") and len(head) >= IMPORT_SNIFF_BYTES:  # a first record longer than the sniff
+        line = text.split("\n", 1)[0]
+        if re.search(r'"type"\s*:\s*"(session_meta|response_item|turn_context|event_msg)"', line[:4096]):
+            return "codex-jsonl"
+        if re.search(r'"(sessionId|parentUuid|leafUuid)"\s*:', line) and not re.search(r'"(messages|history)"\s*:', line):
             return "claude-jsonl"
     if text.startswith("{"):
         if re.search(r'"messages"\s*:', text) and re.search(r'"(projectHash|sessionId)"\s*:', text):

@@ -31,6 +31,16 @@ def texts(project):
     return [m["text"] for m in exported(project)]
 
 
+def import_one(project, path, fmt, **counts):
+    """Import one file whose format must be detected as `fmt`; check the summary's `counts`
+    and that a second import adds nothing. Returns the stored messages."""
+    assert ai.sniff_format(path.read_bytes()) == fmt
+    out = imported(project, path)
+    assert {k: out[k] for k in counts} == counts, out
+    assert imported(project, path)["stored"] == 0
+    return exported(project)
+
+
 # ---- Claude Code ----
 
 def test_every_claude_code_transcript_imports(project):
@@ -215,10 +225,7 @@ def codex_rollout(path, cwd="/home/user/proj"):
 
 def test_codex_rollout(project, tmp_path):
     path = codex_rollout(tmp_path / "rollout-2025-10-29T00-59-38-019a2d7a.jsonl")
-    assert ai.sniff_format(path.read_bytes()) == "codex-jsonl"
-    out = imported(project, path)
-    assert out["sessions"] == 1 and out["exchanges"] == 1 and out["stored"] == 4, out
-    stored = exported(project)
+    stored = import_one(project, path, "codex-jsonl", sessions=1, exchanges=1, stored=4)
     got = [m["text"] for m in stored]
     assert "why does the rate limiter test flake on CI?" in got
     assert any(t.startswith("$ pytest tests/test_ratelimit.py -q [failed]") for t in got)
@@ -226,22 +233,18 @@ def test_codex_rollout(project, tmp_path):
     assert any("time.monotonic" in t and m["source"] == "assistant" for t, m in zip(got, stored))
     assert not any("environment_context" in t or "on-request" in t for t in got)
     assert {m["session"] for m in stored} == {"019a2d7a-41c4-78b1-b7cc-a45d62a89cd5"}
-    assert imported(project, path)["stored"] == 0
 
 
 # ---- Gemini CLI ----
 
 def test_gemini_chat(project):
     path = shared_path("fixtures", "other", "gemini", "session-2026-04-01-5cdd2021_excerpt.json")
-    assert ai.sniff_format(path.read_bytes()) == "gemini-json"
-    out = imported(project, path)
-    assert out["sessions"] == 1 and out["exchanges"] >= 1 and out["stored"] >= 2, out
-    stored = exported(project)
+    stored = import_one(project, path, "gemini-json", sessions=1)
+    assert len(stored) >= 2
     prompt = next(m for m in stored if m["text"] == "create 2 hello world files")
     assert prompt["ts"].startswith("2026-04-01T11:11:56") and prompt["source"] == "prompt"
     assert {m["session"] for m in stored} == {"5cdd2021-574a-483d-8a4b-1b97e8bbce88"}
     assert any(m["source"] == "assistant" for m in stored)
-    assert imported(project, path)["stored"] == 0
 
 
 # ---- Cline ----
@@ -290,10 +293,7 @@ def cline_task(root, task_id="1731403200000"):
 
 def test_cline_task(project, tmp_path):
     path = cline_task(tmp_path / "saoudrizwan.claude-dev")
-    assert ai.sniff_format(path.read_bytes()) == "cline-json"
-    out = imported(project, tmp_path / "saoudrizwan.claude-dev")
-    assert out["sessions"] == 1 and out["exchanges"] == 2, out
-    stored = exported(project)
+    stored = import_one(project, path, "cline-json", sessions=1, exchanges=2)
     got = [m["text"] for m in stored]
     assert "Logins expire after five minutes instead of a day. Find out why." in got
     assert any(t.startswith("Read src/auth/session.ts") and "SESSION_TTL" in t for t in got)
@@ -330,10 +330,7 @@ def continue_session(path):
 
 def test_continue_session(project, tmp_path):
     path = continue_session(tmp_path / "8c1d3e4f-0b1a-4c2d-9e8f-7a6b5c4d3e2f.json")
-    assert ai.sniff_format(path.read_bytes()) == "continue-json"
-    out = imported(project, path)
-    assert out["sessions"] == 1 and out["exchanges"] == 2 and out["stored"] == 4, out
-    got = texts(project)
+    got = [m["text"] for m in import_one(project, path, "continue-json", sessions=1, exchanges=2, stored=4)]
     assert any(t.startswith("move the page cache from memcached to redis") for t in got)
     assert any("SETEX" in t for t in got) and not any("import pymemcache" in t for t in got)
 
@@ -463,3 +460,16 @@ def test_install_import_history_then_a_new_session_recalls_it(tmp_path):
         assert again and again["files"] == 2 and again["stored"] == 0 and again["known"] >= 4, again
     finally:
         box.stop_daemon()
+
+
+def test_format_detection_edges():
+    """A first record longer than the bytes sniffed, a pretty-printed document, a BOM, and
+    files of no known format."""
+    long_first = json.dumps({"type": "user", "sessionId": "s", "uuid": "u",
+                             "message": {"role": "user", "content": "x" * 100000}}).encode() + b"\n"
+    assert ai.sniff_format(long_first[:ai.IMPORT_SNIFF_BYTES]) == "claude-jsonl"
+    assert ai.sniff_format(b'{\n  "sessionId": "x",\n  "projectHash": "ab",\n  "messages": []\n}') == "gemini-json"
+    assert ai.sniff_format(b'\xef\xbb\xbf[{"role": "user", "content": "hi"}]') == "raw-json"
+    assert ai.sniff_format(b'{"id": "r1", "timestamp": "2025-04-01T10:00:00Z", "instructions": ""}\n') == "codex-jsonl"
+    for unknown in (b"", b"hello", b'{"unrelated": 1}', b"[1, 2, 3]", b'[{"sessionId": "s", "title": "t"}]'):
+        assert ai.sniff_format(unknown) is None, unknown
