@@ -7063,7 +7063,8 @@ def import_paths(paths):
         if os.path.isdir(path):
             for root, dirs, files in os.walk(path):
                 dirs.sort()
-                out += [os.path.join(root, f) for f in sorted(files) if f.endswith((".jsonl", ".json"))]
+                out += [os.path.join(root, f) for f in sorted(files)
+                        if f.endswith((".jsonl", ".json")) and os.path.isfile(os.path.join(root, f))]
         elif os.path.isfile(path):
             out.append(path)
         else:
@@ -7185,50 +7186,72 @@ class _ImportBar:
             sys.stderr.write("\r" + " " * 40 + "\r")
 
 
+class Importer:
+    """One `import` run: each event of each file becomes what its hook would have journaled
+    (capture_entry, journal), at its own time; what memory holds already (its capture_key)
+    is counted, not added. The journal is drained every IMPORT_DRAIN_EVERY captures."""
+
+    def __init__(self, cli, fmt, since):
+        self.store, self.mem, self.fmt, self.since = cli.store, cli.mem(), fmt, since
+        self.mem.drain()  # loads the memory (its keys) and applies what was pending
+        self.before, self.stats, self.sessions, self.seen, self.pending = len(self.mem.msgs), Counter(), set(), set(), 0
+
+    def file(self, path, progress):
+        try:
+            mtime = os.path.getmtime(path)
+            for kind, payload in import_events(path, self.fmt, self.stats, progress):
+                self.event(kind, payload, mtime)
+        except OSError as exc:  # unreadable, or gone meanwhile: the other files go on
+            _corrupt(self.stats, f"{path}: {exc.strerror or exc}")
+            return
+        self.stats["files"] += 1
+
+    def event(self, kind, payload, mtime):
+        at = valid_ts(payload.pop("at", None)) or mtime
+        if self.since is not None and at < self.since:
+            self.stats["skipped"] += 1
+            return
+        payload = clean_payload(trim_strings(payload))
+        entry = capture_entry(kind, payload, self.store.dir, at=at)
+        if entry is None:
+            self.stats["noise"] += 1
+            return
+        self.sessions.add(payload.get("session_id"))
+        key = entry.get("key")
+        if key and (key in self.mem.keys or key in self.seen):
+            self.stats["known"] += 1
+            return
+        self.seen.add(key)
+        if journal(self.store, entry, new_id("c", at)):  # content time: the drain keeps its order
+            self.pending += 1
+        if self.pending >= IMPORT_DRAIN_EVERY:
+            self.mem.drain()
+            self.pending = 0
+
+    def summary(self, seconds):
+        self.mem.drain()
+        s = self.stats
+        return {"files": s["files"], "sessions": len(self.sessions - {None}), "exchanges": s["prompts"],
+                "stored": len(self.mem.msgs) - self.before, "known": s["known"], "noise": s["noise"],
+                "skipped": s["skipped"], "unknown_files": s["unknown_files"], "corrupt": s["corrupt"],
+                "seconds": round(seconds, 2)}
+
+
 def do_import(cli, args):
-    """Transcripts into memory through the hooks' own capture path (capture_entry, journal),
-    each event at its own time; what memory holds already (its capture_key) is not added."""
     since = valid_ts(args.since) if args.since else None
     if args.since and since is None:
         raise UsageError(f"--since must be a date: {args.since[:60]!r}")
     if not args.paths and not args.history:
         raise UsageError("import needs a PATH or --history")
     files = import_paths(args.paths + (history_paths(cli.project, os.path.expanduser("~")) if args.history else []))
-    started, stats = time.time(), Counter()
-    bar = _ImportBar(sum(os.path.getsize(f) for f in files))
-    mem = cli.mem()
-    mem.drain()  # loads the memory (its keys) and applies what was pending
-    before, sessions, seen, pending = len(mem.msgs), set(), set(), 0
+    started = time.time()
+    run, bar = Importer(cli, args.format, since), _ImportBar(sum(os.path.getsize(f) for f in files))
     for path in files:
-        for kind, payload in import_events(path, args.format, stats, bar):
-            at = valid_ts(payload.pop("at", None)) or os.path.getmtime(path)
-            if since is not None and at < since:
-                stats["older"] += 1
-                continue
-            payload = clean_payload(trim_strings(payload))
-            entry = capture_entry(kind, payload, cli.store.dir, at=at)
-            if entry is None:
-                stats["noise"] += 1
-                continue
-            sessions.add(payload.get("session_id"))
-            key = entry.get("key")
-            if key and (key in mem.keys or key in seen):
-                stats["known"] += 1
-                continue
-            seen.add(key)
-            if journal(cli.store, entry, new_id("c", at)):  # content time: the drain keeps its order
-                pending += 1
-            if pending >= IMPORT_DRAIN_EVERY:
-                mem.drain()
-                pending = 0
-        stats["files"] += 1
-    mem.drain()
+        run.file(path, bar)
     bar.end()
-    out = {"files": stats["files"], "sessions": len(sessions - {None}), "exchanges": stats["prompts"],
-           "stored": len(mem.msgs) - before, "known": stats["known"], "noise": stats["noise"],
-           "skipped": stats["skipped"] + stats["older"], "unknown_files": stats["unknown_files"],
-           "corrupt": stats["corrupt"], "seconds": round(time.time() - started, 2)}
+    out = run.summary(time.time() - started)
     return emit(args, out, tr("import_done", cli.lang, **out))
+
 
 def thread_row(t, now, half_life):
     return {"id": t["id"], "title": t["title"], "status": t["status"], "messages": len(t["messages"]),

@@ -455,9 +455,15 @@ def test_install_import_history_then_a_new_session_recalls_it(tmp_path):
         assert run.returncode == 0, run
         memory = "\n".join(s for s in system_entries(bodies[0]) if "UserPromptSubmit hook additional context" in s)
         assert HISTORY_TOKEN in memory or "round(round(amount" in memory, system_entries(bodies[0])
-        # Again, now with the new session's own transcript, which the hooks captured live.
+        # Again, now with the new session's own transcript, which the hooks captured live and
+        # where Claude Code recorded our injected context (attachment records): nothing new.
+        folder = box.home / ".claude" / "projects" / ai.claude_project_slug(str(box.project))
+        written = "".join(p.read_text(encoding="utf-8") for p in folder.glob("*.jsonl"))
+        assert '"hook_additional_context"' in written and "ai_smartness memory" in written
         again = box.cli_json("import", "--history")
         assert again and again["files"] == 2 and again["stored"] == 0 and again["known"] >= 4, again
+        threads = json.loads(box.cli("export").stdout)["threads"]
+        assert not any("ai_smartness memory" in m["text"] for t in threads for m in t["messages"])
     finally:
         box.stop_daemon()
 
