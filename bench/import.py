@@ -123,8 +123,10 @@ def run_import(project, path, embedder):
 
 
 def run_live(project, events, env):
-    """Each event through its hook process with a warm daemon; (seconds, CPU seconds)."""
+    """Each event through its hook process with a warm daemon; (seconds, CPU seconds,
+    messages stored)."""
     python = sys.executable
+    env = dict(env, CLAUDE_PROJECT_DIR=project)  # as Claude Code sets it: the hooks' project
     subprocess.run([python, os.path.join(REPO_ROOT, "ai_smartness.py"), "--project", project, "daemon", "start"],
                    env=env, check=True, capture_output=True, timeout=WAIT_S)
     store = ai.Store(ai.data_dir_of(project))
@@ -134,14 +136,16 @@ def run_live(project, events, env):
         payload = dict(payload, cwd=project, hook_event_name=kind)
         payload.pop("at", None)
         subprocess.run([python, *HOOK_CMD, HOOK_OF[kind]], input=json.dumps(payload).encode(), env=env,
-                       capture_output=True, timeout=60)
+                       cwd=project, capture_output=True, timeout=60)
     deadline = time.monotonic() + WAIT_S
     while store.inbox_pending() and time.monotonic() < deadline:
         time.sleep(0.05)
     elapsed = time.perf_counter() - started
     used = cpu_children() - cpu + cpu_of(pid) - daemon_cpu
     ai.stop_daemon(store)
-    return elapsed, used
+    mem = ai.Memory(store.dir, embedder=ai.HashEmbedder())
+    mem.ensure_loaded()
+    return elapsed, used, len(mem.msgs)
 
 
 def main(argv=None):
@@ -169,11 +173,11 @@ def main(argv=None):
         live_project = os.path.join(tmp, "live")
         os.mkdir(live_project)
         live = events[:args.live]
-        live_secs, live_cpu = run_live(live_project, live, env)
+        live_secs, live_cpu, live_stored = run_live(live_project, live, env)
     out = {"embedder": args.embedder, "events": len(events), "prompts": summary["exchanges"], "stored": summary["stored"],
            "import": {"seconds": round(secs, 2), "cpu_seconds": round(cpu, 2),
                       "events_per_s": round(len(events) / secs, 1), "events_per_cpu_s": round(len(events) / cpu, 1)},
-           "live": {"events": len(live), "seconds": round(live_secs, 2), "cpu_seconds": round(live_cpu, 2),
+           "live": {"events": len(live), "stored": live_stored, "seconds": round(live_secs, 2), "cpu_seconds": round(live_cpu, 2),
                     "events_per_s": round(len(live) / live_secs, 1),
                     "events_per_cpu_s": round(len(live) / live_cpu, 1)}}
     out["import_slower"] = out["import"]["events_per_cpu_s"] < out["live"]["events_per_cpu_s"]
