@@ -150,8 +150,12 @@ def run_live(project, events, env):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--copies", type=int, default=100, help="copies of the fixtures' records (sessions)")
-    p.add_argument("--live", type=int, default=300, help="events captured live through the hooks")
+    def count(text):
+        if int(text) < 1:
+            raise argparse.ArgumentTypeError(f"must be 1 or more: {text}")
+        return int(text)
+    p.add_argument("--copies", type=count, default=100, help="copies of the fixtures' records (sessions)")
+    p.add_argument("--live", type=count, default=300, help="events captured live through the hooks")
     p.add_argument("--embedder", choices=("minilm", "hash"), default="minilm")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)

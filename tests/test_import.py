@@ -479,3 +479,17 @@ def test_format_detection_edges():
     assert ai.sniff_format(b'{"id": "r1", "timestamp": "2025-04-01T10:00:00Z", "instructions": ""}\n') == "codex-jsonl"
     for unknown in (b"", b"hello", b'{"unrelated": 1}', b"[1, 2, 3]", b'[{"sessionId": "s", "title": "t"}]'):
         assert ai.sniff_format(unknown) is None, unknown
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch, capsys):
+    bar = ai._ImportBar(200)
+    bar(50)
+    assert capsys.readouterr().err == ""  # stderr is no terminal here
+    monkeypatch.setattr(ai.sys.stderr, "isatty", lambda: True, raising=False)
+    bar = ai._ImportBar(200)
+    bar(50)
+    bar(1)  # the same percent: not drawn again
+    bar(150)
+    bar.end()
+    err = capsys.readouterr().err
+    assert err.count("\rimport [") == 2 and " 25%" in err and "100%" in err and err.endswith("\r")
