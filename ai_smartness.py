@@ -6484,15 +6484,18 @@ def with_turn(entry, payload):
 
 def capture_key(entry, payload):
     """What makes one event the same whether a hook saw it live or `import` read it from the
-    transcript later: its session and its tool_use_id, or for a prompt or an answer its
-    source and cleaned text. The drain stores a key once (MemoryWriter._drain_batch). None
-    without a session (`capture` from the command line)."""
+    transcript later: its session, tool and tool_use_id, or for a prompt or an answer its
+    source and cleaned text (the client's prompt_id is no help: 2.1.119 sends none to hooks
+    but writes one to transcripts). The drain stores a key once (MemoryWriter._drain_batch):
+    the same prompt typed twice in a session is stored once. None without a session
+    (`capture` from the command line)."""
     session = payload.get("session_id")
     if not entry or not isinstance(session, str) or not session:
         return None
     from _blake2 import blake2b  # not hashlib: it loads OpenSSL into every hook process
     tool = payload.get("tool_use_id")
-    what = f"tool\x00{tool}" if isinstance(tool, str) and tool else f"{entry['source']}\x00{entry['text']}"
+    what = f"tool\x00{payload.get('tool_name')}\x00{tool}" if isinstance(tool, str) and tool \
+        else f"{entry['source']}\x00{entry['text']}"
     return blake2b(f"{session}\x00{what}".encode("utf-8", "replace"), digest_size=CAPTURE_KEY_BYTES).hexdigest()
 
 

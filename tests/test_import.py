@@ -493,3 +493,32 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, capsys):
     bar.end()
     err = capsys.readouterr().err
     assert err.count("\rimport [") == 2 and " 25%" in err and "100%" in err and err.endswith("\r")
+
+
+def test_install_asks_on_a_terminal_and_never_otherwise(tmp_path):
+    """Without the flag: asked at the first install when stdin is a terminal (util-linux
+    `script` gives install.sh one), never when it is not."""
+    import shutil
+    import subprocess
+    from support import ROOT
+    if not shutil.which("script"):
+        unavailable("util-linux `script` is needed to give install.sh a terminal")
+    home = tmp_path / "home"
+    env = dict(os.environ, HOME=str(home), AI_SMARTNESS_EMBEDDER="hash")
+    for name, answers, imports in (("piped", None, False), ("terminal", "en\nnormal\ny\n", True)):
+        project = (tmp_path / name).resolve()
+        project.mkdir()
+        claude_history(project, home)
+        command = f"bash {ROOT / 'install.sh'} --no-embeddings {project}"
+        try:
+            if answers is None:
+                done = subprocess.run(["bash", "-c", command], stdin=subprocess.DEVNULL, env=env,
+                                      capture_output=True, text=True, timeout=600)
+            else:
+                done = subprocess.run(["script", "-qec", command, "/dev/null"], input=answers, env=env,
+                                      capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert ("importing this project's earlier agent sessions" in done.stdout) is imports, done.stdout
+            assert ("3 messages stored" in done.stdout) is imports, done.stdout
+        finally:
+            stop_daemons(project)
