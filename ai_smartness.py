@@ -10,6 +10,7 @@ Usage:
     ai_smartness.py [--project DIR] <command> [options]
 
     capture [--source S] [--file PATH] [--at ISO|EPOCH] TEXT|-  feed content (the hooks' path)
+    import [--format F] [--since DATE] [--history] PATH...    agent transcripts into memory
     status | health | threads | thread ID | bridges             inspect (all take --json)
     search QUERY | recall QUERY | context PROMPT                retrieve
     rules [list|add TEXT|remove N] | forget ID | export | reindex
@@ -22,8 +23,10 @@ Life of a capture (a tool result; a prompt or the agent's answer goes the same w
        run_hook() -> _hook_process() reads it under the hook's time budget (SIGALRM).
     2. parse_payload() checks its fields; shell_answer() hands it to the daemon with request()
        over .ai/daemon.sock, or answers in-process (answer()) when none is reachable.
-    3. hook_capture(): tool_capture() picks the text, prepare_capture() cleans and redacts it,
-       journal() writes it to .ai/inbox/ (Store.inbox_append()). The hook exits 0, silent.
+    3. hook_capture(): capture_entry() has tool_capture() pick the text, prepare_capture()
+       clean and redact it and with_turn() key it (capture_key(): `import` of the transcript
+       later finds the same key), journal() writes it to .ai/inbox/ (Store.inbox_append()).
+       The hook exits 0, silent.
     4. In the daemon, Daemon._drain() lists the inbox; EmbedAhead.plan() has the embedding
        workers compute its vectors ahead, outside the memory lock.
     5. MemoryWriter.drain_entries() -> MemoryWriter._apply(): decide() continues, forks or
@@ -376,6 +379,18 @@ NATIVE_AGENT = "claude"
 RECALL_REASON_CHARS = 16000
 # Shell words of a command searched for a `.ai/recall/<query>` path (a recall is `cat PATH`).
 RECALL_COMMAND_WORDS = 16
+
+# ---- transcript import ----
+# Formats `import` reads (auto: detected from the first bytes of each file).
+IMPORT_FORMATS = ("claude-jsonl", "codex-jsonl", "gemini-json", "cline-json", "continue-json", "raw-json")
+# Bytes read to detect a format; the largest single-JSON transcript read (JSONL is streamed).
+IMPORT_SNIFF_BYTES, IMPORT_MAX_JSON_BYTES = 65536, 256 * 1024 * 1024
+# Captures journaled between two drains: the inbox stays small and the progress bar honest.
+IMPORT_DRAIN_EVERY = 256
+# Bytes of the digest that keys a capture to its event (the same for the hooks and an import).
+CAPTURE_KEY_BYTES = 10
+# Corrupt lines named one by one on stderr, before they are only counted.
+IMPORT_CORRUPT_SHOWN = 5
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -1373,7 +1388,7 @@ class Store:
             if not (isinstance(entry, dict) and isinstance(entry.get("text"), str) and valid_id(entry.get("id"))
                     and type(entry.get("ts")) in (int, float) and valid_ts(entry["ts"]) is not None
                     and isinstance(entry.get("source"), str) and entry.get("origin") in ORIGINS
-                    and all(isinstance(entry.get(k, ""), str) for k in ("file", "session", "agent"))):
+                    and all(isinstance(entry.get(k, ""), str) for k in ("file", "session", "agent", "key"))):
                 raise CorruptRecord("not a capture entry")
             return entry
         except FileNotFoundError:
@@ -3839,6 +3854,333 @@ class FileTable:
         return best
 
 
+# ---- transcript import ----
+# Parsers turn an agent CLI's transcript into the events the hooks would have seen, as
+# (kind, payload) with kind in prompt | tool | failure | answer and a hook-shaped payload
+# (session_id, cwd, prompt_id, tool_name/tool_input/tool_response/tool_use_id, error,
+# prompt or last_assistant_message) plus "at", the record's own time. capture_entry() then
+# makes of each what the live hook makes. Pure: records in, events out; `stats` counts what
+# was skipped. Only the last assistant message of a turn is an answer, as at Stop.
+_INJECTED_RE = LazyRe(r"<(environment_context|user_instructions|environment_details|user_shell_command)>"
+                      r".*?</\1>|^\s*# AGENTS\.md instructions.*|^\[Request interrupted by user[^\]]*\]", re.S)
+_COMMAND_NAME_RE, _COMMAND_ARGS_RE = (LazyRe(rf"<command-{t}>(.*?)</command-{t}>", re.S) for t in ("name", "args"))
+_CLINE_RESULT_RE = LazyRe(r"^\s*\[[\w-]+(?: for [^\]]*)?\] Result:")
+
+
+def import_text(value):
+    """The user-visible text of a content value (a string, or a list of parts with "text"),
+    without the context a product injected into it (ours, Codex's or Cline's): what a
+    UserPromptSubmit hook would have been given."""
+    if isinstance(value, list):
+        value = "\n".join(p["text"] for p in value if isinstance(p, dict) and isinstance(p.get("text"), str)
+                          and p.get("type") in (None, "text", "input_text", "output_text"))
+    if not isinstance(value, str):
+        return ""
+    args = _COMMAND_ARGS_RE.search(value)
+    if args and args.group(1).strip():  # a slash command with arguments: what was typed
+        name = _COMMAND_NAME_RE.search(value)
+        value = f"{name.group(1).strip() if name else ''} {args.group(1).strip()}"
+    return strip_markup(_INJECTED_RE.sub(" ", value))
+
+
+class _Turns:
+    """What the parsers share: the session and turn in force, the tool calls awaiting their
+    result, and the answer pending until the next prompt (the last message of a turn)."""
+
+    def __init__(self, stats, session=None, cwd=None):
+        self.stats, self.session, self.cwd = stats, session, cwd
+        self.turn, self.calls, self.answer = None, {}, None
+
+    def base(self, at, session=None, cwd=None, turn=None):
+        return {"session_id": session or self.session, "cwd": cwd or self.cwd, "at": at,
+                "prompt_id": turn or self.turn}
+
+    def prompt(self, text, base, turn=None):
+        """Events of a user message: the pending answer, then the prompt; nothing (a skip)
+        when the message holds only injected context or markup."""
+        text = import_text(text)
+        if not text:
+            self.stats["skipped"] += 1
+            return []
+        out = self.flush()
+        self.turn = turn or base.get("prompt_id")
+        out.append(("prompt", dict(base, prompt=text, prompt_id=self.turn)))
+        self.stats["prompts"] += 1
+        return out
+
+    def said(self, text, base, message=None):
+        """An assistant text: the parts of one `message` (an id) are joined; another message,
+        or one without an id, replaces it."""
+        text = import_text(text)
+        if not text:
+            return
+        if self.answer and message is not None and self.answer[0] == message:
+            self.answer[1].append(text)
+        else:
+            self.answer = (message, [text], base)
+
+    def flush(self):
+        if not self.answer:
+            return []
+        _, texts, base = self.answer
+        self.answer = None
+        return [("answer", dict(base, last_assistant_message="\n".join(texts)))]
+
+    def result(self, call_id, response, base, error=None):
+        """The tool event of a call's result; a result without its call is skipped."""
+        name, inp = self.calls.pop(call_id, (None, None))
+        if name is None:
+            self.stats["skipped"] += 1
+            return []
+        payload = dict(base, tool_name=name, tool_input=inp if isinstance(inp, dict) else {}, tool_use_id=call_id)
+        if error is not None:
+            return [("failure", dict(payload, error=error if isinstance(error, str) else json.dumps(error)))]
+        return [("tool", dict(payload, tool_response=response))]
+
+
+def claude_events(records, stats):
+    """Claude Code's ~/.claude/projects/<slug>/<session>.jsonl: user and assistant records of
+    the main chain (sidechains, meta records, summaries, snapshots and attachments, where our
+    own injected context lands, are skipped); tool results paired with their tool_use by id."""
+    turns = _Turns(stats)
+    for rec in records:
+        if rec.get("type") not in ("user", "assistant") or rec.get("isSidechain") or rec.get("isMeta"):
+            stats["skipped"] += 1
+            continue
+        msg = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+        content = msg.get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else \
+            [p for p in content if isinstance(p, dict)] if isinstance(content, list) else []
+        base = turns.base(rec.get("timestamp"), rec.get("sessionId"), rec.get("cwd"), rec.get("promptId"))
+        if rec["type"] == "assistant":
+            for part in parts:
+                if part.get("type") == "tool_use" and isinstance(part.get("id"), str):
+                    turns.calls[part["id"]] = (part.get("name"), part.get("input"))
+                elif part.get("type") == "text":
+                    turns.said(part.get("text"), base, msg.get("id"))
+            continue
+        texts = []
+        for part in parts:
+            if part.get("type") == "tool_result":
+                result = rec.get("toolUseResult", part.get("content"))
+                error = import_text(part.get("content")) or str(result) if part.get("is_error") else None
+                yield from turns.result(part.get("tool_use_id"), result, base, error)
+            elif part.get("type") == "text":
+                texts.append(part)
+        if texts:
+            yield from turns.prompt(texts, base, rec.get("promptId") or rec.get("uuid"))
+    yield from turns.flush()
+
+
+def _codex_call(item):
+    """A Codex shell call as Claude Code's Bash tool input (other tools: None)."""
+    args = item.get("arguments")
+    try:
+        args = json.loads(args) if isinstance(args, str) else args if isinstance(args, dict) else {}
+    except ValueError:
+        return None
+    command = args.get("command") if isinstance(args, dict) else None
+    command = command if command is not None else (args or {}).get("cmd") if isinstance(args, dict) else None
+    if isinstance(command, list):
+        # ["bash", "-lc", "pytest -q"]: the script is what was run
+        command = command[-1] if len(command) == 3 and command[1] in ("-lc", "-c") else " ".join(map(str, command))
+    return {"command": command} if isinstance(command, str) and command else None
+
+
+def codex_events(records, stats):
+    """Codex CLI's ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl: {timestamp, type, payload}
+    lines (session_meta, response_item, event_msg, turn_context), or the older shape (a
+    first line {id, timestamp} then bare response items). Messages and shell calls are kept;
+    event_msg repeats the messages and is skipped, as are reasoning and injected context."""
+    turns, at = _Turns(stats), None
+    for rec in records:
+        kind, item = rec.get("type"), rec.get("payload")
+        at = rec.get("timestamp") or at
+        if kind == "session_meta" or (kind is None and "id" in rec and "timestamp" in rec):
+            meta = item if isinstance(item, dict) else rec
+            turns.session, turns.cwd = meta.get("id"), meta.get("cwd")
+            at = at or meta.get("timestamp")
+            continue
+        if kind != "response_item":
+            item = rec if kind in ("message", "function_call", "function_call_output") else None
+        if not isinstance(item, dict):
+            stats["skipped"] += 1
+            continue
+        base = turns.base(at)
+        if item.get("type") == "message" and item.get("role") == "user":
+            yield from turns.prompt(item.get("content"), base)
+        elif item.get("type") == "message" and item.get("role") == "assistant":
+            turns.said(item.get("content"), base)
+        elif item.get("type") == "function_call" and _codex_call(item):
+            turns.calls[item.get("call_id")] = ("Bash", _codex_call(item))
+        elif item.get("type") == "function_call_output":
+            out = item.get("output")
+            try:  # older versions wrap it: {"output": ..., "metadata": {"exit_code": N}}
+                doc = json.loads(out) if isinstance(out, str) and out.startswith("{") else None
+            except ValueError:
+                doc = None
+            if isinstance(doc, dict) and "output" in doc:
+                out, code = doc["output"], (doc.get("metadata") or {}).get("exit_code")
+            else:
+                found = re.search(r"(?m)^(?:Process exited with code|Exit code:?) (\d+)", out if isinstance(out, str) else "")
+                code = int(found.group(1)) if found else 0
+            out = out if isinstance(out, str) else json.dumps(out)
+            yield from turns.result(item.get("call_id"), {"stdout": out}, base, out if code else None)
+        else:
+            stats["skipped"] += 1
+    yield from turns.flush()
+
+
+# Other CLIs' tool names and argument names, as Claude Code's (what tool_capture reads).
+_FOREIGN_TOOLS = {"run_shell_command": "Bash", "execute_command": "Bash", "read_file": "Read",
+                  "write_file": "Write", "write_to_file": "Write", "replace": "Edit", "replace_in_file": "Edit"}
+
+
+def _foreign_input(args):
+    args = dict(args) if isinstance(args, dict) else {}
+    path = args.get("file_path") or args.get("absolute_path") or args.get("path")
+    if isinstance(path, str):
+        args["file_path"] = path
+    if isinstance(args.get("diff"), str):  # Cline's replace_in_file: SEARCH/REPLACE blocks
+        args.setdefault("new_string", args["diff"])
+    return args
+
+
+def gemini_events(doc, stats):
+    """Gemini CLI's ~/.gemini/tmp/<project hash>/chats/session-*.json: one JSON document,
+    {sessionId, messages: [{type: user | gemini | info | error, content, timestamp,
+    toolCalls: [{id, name, args, result, status}]}]}."""
+    turns = _Turns(stats, doc.get("sessionId"))
+    for msg in doc.get("messages") if isinstance(doc.get("messages"), list) else ():
+        if not isinstance(msg, dict):
+            continue
+        base = turns.base(msg.get("timestamp"))
+        if msg.get("type") == "user":
+            yield from turns.prompt(msg.get("content"), base)
+        elif msg.get("type") == "gemini":
+            turns.said(msg.get("content"), base, msg.get("id"))
+            for call in msg.get("toolCalls") if isinstance(msg.get("toolCalls"), list) else ():
+                name = _FOREIGN_TOOLS.get(call.get("name")) if isinstance(call, dict) else None
+                if not name:
+                    stats["skipped"] += 1
+                    continue
+                turns.calls[call.get("id")] = (name, _foreign_input(call.get("args")))
+                out = call.get("resultDisplay")
+                out = out if isinstance(out, str) else json.dumps(call.get("result"), default=str)
+                response = {"stdout": out} if name == "Bash" else {"file": {"content": out}} if name == "Read" else out
+                yield from turns.result(call.get("id"), response, turns.base(call.get("timestamp") or base["at"]),
+                                        out if call.get("status") == "error" else None)
+        else:
+            stats["skipped"] += 1
+    yield from turns.flush()
+
+
+def cline_events(doc, stats, session=None, at=None):
+    """Cline's tasks/<task id>/api_conversation_history.json: the Anthropic messages it sent,
+    [{role, content: [text | tool_use | tool_result parts]}]. The task id is its start time
+    in milliseconds; messages carry their own `ts` in newer versions. Tool results given back
+    as text ("[read_file for 'x'] Result: ...") and <environment_details> are not prompts."""
+    turns = _Turns(stats, session)
+    for msg in doc if isinstance(doc, list) else ():
+        if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
+            stats["skipped"] += 1
+            continue
+        when = msg.get("ts") / 1000.0 if type(msg.get("ts")) in (int, float) else at
+        base = turns.base(when)
+        content = msg.get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else \
+            [p for p in content if isinstance(p, dict)] if isinstance(content, list) else []
+        if msg["role"] == "assistant":
+            for part in parts:
+                if part.get("type") == "tool_use" and _FOREIGN_TOOLS.get(part.get("name")):
+                    turns.calls[part.get("id")] = (_FOREIGN_TOOLS[part["name"]], _foreign_input(part.get("input")))
+                elif part.get("type") == "text":
+                    turns.said(part.get("text"), base, id(msg))
+            continue
+        texts = []
+        for part in parts:
+            if part.get("type") == "tool_result":
+                out = import_text(part.get("content"))
+                yield from turns.result(part.get("tool_use_id"), {"stdout": out}, base,
+                                        out if part.get("is_error") else None)
+            elif part.get("type") == "text":
+                texts.append(part)
+        if texts and not _CLINE_RESULT_RE.match(texts[0].get("text") or ""):  # older: results as text
+            text = re.sub(r"</?(task|feedback|answer)>", "", import_text(texts))
+            yield from turns.prompt(text, base)
+    yield from turns.flush()
+
+
+def continue_events(doc, stats, at=None):
+    """Continue's ~/.continue/sessions/<session id>.json: {sessionId, title,
+    workspaceDirectory, history: [{message: {role, content}, contextItems}]} (older
+    versions: history items {role, content}). No per-message time: the session's."""
+    turns = _Turns(stats, doc.get("sessionId"), doc.get("workspaceDirectory"))
+    for item in doc.get("history") if isinstance(doc.get("history"), list) else ():
+        msg = item.get("message") if isinstance(item, dict) and isinstance(item.get("message"), dict) else item
+        role = msg.get("role") if isinstance(msg, dict) else None
+        base = turns.base(at)
+        if role == "user":
+            yield from turns.prompt(msg.get("content"), base)
+        elif role == "assistant":
+            turns.said(msg.get("content"), base)
+        else:
+            stats["skipped"] += 1
+    yield from turns.flush()
+
+
+def raw_events(doc, stats, session=None):
+    """raw-json: a list of {"role": "user" | "assistant", "content": TEXT, "ts": ISO or epoch}
+    (optional "session"): anything else can be converted to it."""
+    turns = _Turns(stats, session)
+    for msg in doc if isinstance(doc, list) else ():
+        role = msg.get("role") if isinstance(msg, dict) else None
+        if role not in ("user", "assistant"):
+            stats["skipped"] += 1
+            continue
+        base = turns.base(msg.get("ts"), msg.get("session"))
+        if role == "user":
+            yield from turns.prompt(msg.get("content"), base)
+        else:
+            turns.said(msg.get("content"), base)
+    yield from turns.flush()
+
+
+def sniff_format(head):
+    """The format of a transcript from its first bytes (None: not one we read). A JSONL file
+    is known by its first record; a JSON document by its keys."""
+    text = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+    try:
+        first = json.loads(text.split("\n", 1)[0])
+    except (ValueError, RecursionError):
+        first = None
+    if isinstance(first, dict):
+        if first.get("type") in ("session_meta", "response_item", "turn_context", "event_msg") or \
+                ("type" not in first and {"id", "timestamp", "instructions"} <= set(first)):
+            return "codex-jsonl"
+        if "history" in first or "messages" in first:
+            text = json.dumps(first)  # a one-line document: judged by its keys below
+        elif {"sessionId", "parentUuid", "leafUuid", "messageId", "uuid"} & set(first):
+            return "claude-jsonl"
+    elif text.startswith("{") and len(head) >= IMPORT_SNIFF_BYTES:  # a first record longer than the sniff
+        line = text.split("\n", 1)[0]
+        if re.search(r'"type"\s*:\s*"(session_meta|response_item|turn_context|event_msg)"', line[:4096]):
+            return "codex-jsonl"
+        if re.search(r'"(sessionId|parentUuid|leafUuid)"\s*:', line) and not re.search(r'"(messages|history)"\s*:', line):
+            return "claude-jsonl"
+    if text.startswith("{"):
+        if re.search(r'"messages"\s*:', text) and re.search(r'"(projectHash|sessionId)"\s*:', text):
+            return "gemini-json"
+        if re.search(r'"history"\s*:', text):
+            return "continue-json"
+    if text.startswith("["):
+        if re.search(r'"type"\s*:\s*"(tool_use|tool_result|text)"', text):
+            return "cline-json"
+        if re.search(r'"role"\s*:', text):
+            return "raw-json"
+    return None
+
+
 # ==== 7. Memory engine ====
 # Binds the store, the embedder and the clock to the pure logic above. Vectors live in
 # side tables (array('f') per message and per thread), never inside the thread dicts.
@@ -4426,7 +4768,27 @@ class MemoryIndex:
         self._qvecs = dict(list(kept.items())[-QUERY_CACHE_SIZE:])
 
 
-class MemoryWriter(MemoryIndex):
+class CaptureKeys(MemoryIndex):
+    """The capture_key of every stored message, kept with the index: an event the hooks
+    captured live and `import` read from its transcript is stored once (_drain_batch)."""
+
+    def _reset(self):
+        super()._reset()
+        self.keys = {}  # capture key -> message id
+
+    def _add_msg(self, tid, msg, vec):
+        super()._add_msg(tid, msg, vec)
+        if type(msg.get("key")) is str:
+            self.keys[msg["key"]] = msg["id"]
+
+    def _unindex_thread(self, tid):
+        for msg in self.threads.get(tid, {}).get("messages", ()):
+            if type(msg.get("key")) is str and self.keys.get(msg["key"]) == msg["id"]:
+                del self.keys[msg["key"]]
+        super()._unindex_thread(tid)
+
+
+class MemoryWriter(CaptureKeys):
     """Everything that changes the store, under the db lock: the capture journal drained into
     threads (decisions, bridges, lifecycle), records saved with a new generation, the digest
     for hooks without the daemon, status changes, forgetting, re-embedding."""
@@ -4588,7 +4950,7 @@ class MemoryWriter(MemoryIndex):
         paused = False
         for path, entry in entries:
             done.append(path)  # unreadable and already stored entries go too
-            if path not in live:
+            if path not in live or entry.get("key") in self.keys:  # an event seen live and imported
                 continue
             results[entry["id"]] = self._apply(entry, known[entry["text"]], touched_t, touched_b, active)
             newest = entry["ts"] if newest is None else max(newest, entry["ts"])
@@ -4648,8 +5010,9 @@ class MemoryWriter(MemoryIndex):
         for key in ("file", "session", "agent"):
             if entry.get(key):
                 msg[key] = entry[key]
-        if entry.get("turn"):
-            msg["turn"] = entry["turn"]
+        for key in ("turn", "key"):
+            if entry.get(key):
+                msg[key] = entry[key]
         if isinstance(entry.get("command"), str):
             msg["command"] = entry["command"]
             if entry.get("failed"):
@@ -6150,14 +6513,63 @@ def journal(store, entry, name=None):
 def with_turn(entry, payload):
     """A capture entry with the user turn it belongs to (the payload's prompt_id, when the
     client sends one): the drain keeps a turn's tool results and conclusion in its thread.
-    It also names the agent whose hook sent it (see Adapter)."""
+    It also names the agent whose hook sent it (see Adapter), and gets its capture_key() here."""
     turn = payload.get("prompt_id")
     if entry and isinstance(turn, str) and turn:
         entry["turn"] = clean_field(turn, 100)
     agent = payload.get(AGENT_KEY)
     if entry and agent in AGENTS:
         entry["agent"] = agent
+    key = capture_key(entry, payload)
+    if key:
+        entry["key"] = key
     return entry
+
+
+def capture_key(entry, payload):
+    """What makes one event the same whether a hook saw it live or `import` read it from the
+    transcript later: its session, tool and tool_use_id, or for a prompt or an answer its
+    source and cleaned text (the client's prompt_id is no help: 2.1.119 sends none to hooks
+    but writes one to transcripts). The drain stores a key once (MemoryWriter._drain_batch):
+    the same prompt typed twice in a session is stored once. None without a session
+    (`capture` from the command line)."""
+    session = payload.get("session_id")
+    if not entry or not isinstance(session, str) or not session:
+        return None
+    from _blake2 import blake2b  # not hashlib: it loads OpenSSL into every hook process
+    tool = payload.get("tool_use_id")
+    what = f"tool\x00{payload.get('tool_name')}\x00{tool}" if isinstance(tool, str) and tool \
+        else f"{entry['source']}\x00{entry['text']}"
+    return blake2b(f"{session}\x00{what}".encode("utf-8", "replace"), digest_size=CAPTURE_KEY_BYTES).hexdigest()
+
+
+def capture_entry(kind, payload, data_dir, at=None):
+    """The journal entry a hook makes of its payload (None: nothing worth keeping): kind
+    prompt (UserPromptSubmit), tool (PostToolUse), failure (PostToolUseFailure) or answer
+    (Stop). `at`: the event's own time, for imported history."""
+    sid = payload.get("session_id")
+    if kind in ("prompt", "answer"):
+        text = payload.get("prompt" if kind == "prompt" else "last_assistant_message")
+        entry = prepare_capture(text, "assistant" if kind == "answer" else "prompt", session_id=sid, at=at) \
+            if isinstance(text, str) and text.strip() else None
+        return with_turn(entry, payload)
+    cap = tool_capture(payload, data_dir) if kind == "tool" else failed_capture(payload, data_dir)
+    if not cap:
+        return None
+    return with_turn(prepare_capture(cap["text"], cap["source"], cap["file"] if kind == "tool" else None, at,
+                                     sid, cap["origin"], cap.get("files"), cap.get("op"), kind == "failure",
+                                     cap.get("command")), payload)
+
+
+def failed_capture(payload, data_dir):
+    """A command that failed: its error is memory (what broke, and later what fixed it)."""
+    if payload.get("tool_name") != "Bash" or payload.get("is_interrupt") or not payload.get("error"):
+        return None
+    cap = tool_capture(dict(payload, tool_response={"stderr": payload["error"]}), data_dir)
+    if cap:
+        command, _, error = cap["text"].partition("\n")
+        cap["text"] = f"{command} [failed]\n{error}"
+    return cap
 
 
 def journal_prompt(store, payload):
@@ -6224,29 +6636,14 @@ def hook_pretool(store, payload, mem):
 
 @hook("capture", event="PostToolUse", budget=3.0, via_daemon=True, needs_memory=False)
 def hook_capture(store, payload, mem):
-    cap = tool_capture(payload, store.dir)
-    if not cap:
-        return ""
-    journal(store, with_turn(prepare_capture(cap["text"], cap["source"], cap["file"], session_id=payload.get("session_id"),
-                                             origin=cap["origin"], files=cap.get("files"), op=cap.get("op"),
-                                             command=cap.get("command")), payload), payload.get(CAPTURE_KEY))
+    journal(store, capture_entry("tool", payload, store.dir), payload.get(CAPTURE_KEY))
     return ""
 
 
 @hook("failure", event="PostToolUseFailure", budget=3.0, via_daemon=True, needs_memory=False)
 def hook_failure(store, payload, mem):
-    """A command that failed: its error is memory (what broke, and later what fixed it)."""
-    if payload.get("tool_name") != "Bash" or payload.get("is_interrupt") or not payload.get("error"):
-        return ""
-    cap = tool_capture(dict(payload, tool_response={"stderr": payload["error"]}), store.dir)
-    if not cap:
-        return ""
-    command, _, error = cap["text"].partition("\n")
-    cap["text"] = f"{command} [failed]\n{error}"
-    journal(store, with_turn(prepare_capture(cap["text"], cap["source"], session_id=payload.get("session_id"),
-                                             origin=cap["origin"], files=cap.get("files"), op=cap.get("op"),
-                                             failed=True, command=cap.get("command")), payload),
-            payload.get(CAPTURE_KEY))
+    """A command that failed (failed_capture())."""
+    journal(store, capture_entry("failure", payload, store.dir), payload.get(CAPTURE_KEY))
     return ""
 
 
@@ -7075,6 +7472,13 @@ def build_parser():
     p.add_argument("--at", metavar="TIME",
                    help="ISO time or epoch seconds of the content, 1970..9999 (imported history keeps "
                         "its own time)")
+    p = cmd("import", do_import, "read agent transcripts into memory (progress on stderr)")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="a transcript, or a folder of them")
+    p.add_argument("--history", action="store_true",
+                   help="also this project's own Claude Code, Codex and Gemini CLI sessions on this machine")
+    p.add_argument("--format", default="auto", choices=("auto",) + IMPORT_FORMATS,
+                   help="the transcripts' format (default: detected from each file's content)")
+    p.add_argument("--since", metavar="DATE", help="only what happened at or after this ISO time")
     cmd("status", do_status, "one-screen summary")
     p = cmd("threads", do_threads, "list threads")
     p.add_argument("--status", default="active", choices=STATUSES + ("all",))
@@ -7175,6 +7579,206 @@ def do_capture(cli, args):
     result = cli.mem().capture(text, source=args.source, file_path=args.file, at=args.at)
     return emit(args, result, f"{result['action']} {result.get('thread_id') or ''} "
                               f"({result.get('score', 0):.2f})".strip())
+
+
+def import_paths(paths):
+    """The files under `paths` (a file, or a folder searched for .jsonl and .json), in order."""
+    out = []
+    for path in paths:
+        if os.path.isdir(path):
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                out += [os.path.join(root, f) for f in sorted(files)
+                        if f.endswith((".jsonl", ".json")) and os.path.isfile(os.path.join(root, f))]
+        elif os.path.isfile(path):
+            out.append(path)
+        else:
+            raise UsageError(f"no such file or folder: {path}")
+    return out
+
+
+def claude_project_slug(path):
+    """The folder name Claude Code gives a project under ~/.claude/projects/: its path with
+    every character other than a letter or a digit made a dash (/home/u/my.app ->
+    -home-u-my-app, C:\\Users\\u\\app -> C--Users-u-app)."""
+    return re.sub(r"[^A-Za-z0-9]", "-", path)
+
+
+def history_paths(project, home):
+    """This project's own transcripts on this machine: Claude Code's sessions of the project
+    folder, Codex rollouts whose session started in it (or below), Gemini CLI chats of its
+    project hash (the sha256 of its path)."""
+    import hashlib
+    roots = list(dict.fromkeys((os.path.abspath(project), os.path.realpath(project))))
+    out = [os.path.join(home, ".claude", "projects", claude_project_slug(r)) for r in roots]
+    out += [os.path.join(home, ".gemini", "tmp", hashlib.sha256(r.encode()).hexdigest(), "chats") for r in roots]
+    out = [p for p in out if os.path.isdir(p)]
+    codex = os.path.join(os.environ.get("CODEX_HOME") or os.path.join(home, ".codex"), "sessions")
+    for folder, dirs, files in os.walk(codex):
+        dirs.sort()
+        for name in sorted(files):
+            if name.startswith("rollout-") and name.endswith(".jsonl"):
+                path = os.path.join(folder, name)
+                try:
+                    with open(path, "rb") as fh:
+                        meta = json.loads(fh.readline(IMPORT_SNIFF_BYTES))
+                except (OSError, ValueError, RecursionError):
+                    continue
+                meta = meta.get("payload", meta) if isinstance(meta, dict) else {}
+                cwd = meta.get("cwd") if isinstance(meta, dict) else None
+                if isinstance(cwd, str) and any(cwd == r or cwd.startswith(r.rstrip("/") + "/") for r in roots):
+                    out.append(path)
+    return list(dict.fromkeys(out))
+
+
+def import_events(path, fmt, stats, progress):
+    """The events of one transcript (see claude_events), its format detected when `fmt` is
+    auto. JSONL is streamed line by line; a corrupt line is counted, named on stderr (the
+    first few) and skipped; `progress(bytes)` follows the reading."""
+    with open(path, "rb") as fh:
+        head = fh.read(IMPORT_SNIFF_BYTES)
+        fmt = sniff_format(head) if fmt == "auto" else fmt
+        if fmt is None:
+            stats["unknown_files"] += 1
+            return
+        fh.seek(0)
+        mtime = os.fstat(fh.fileno()).st_mtime
+        if fmt.endswith("-jsonl"):
+            yield from (claude_events if fmt == "claude-jsonl" else codex_events)(
+                _jsonl_records(fh, path, stats, progress), stats)
+            return
+        raw = fh.read(IMPORT_MAX_JSON_BYTES + 1)
+    progress(len(raw))
+    try:
+        if len(raw) > IMPORT_MAX_JSON_BYTES:
+            raise ValueError("too large")
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        _corrupt(stats, f"{path}: {str(exc)[:80]}")
+        return
+    task = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if fmt == "cline-json":  # a task id is its start in milliseconds
+        yield from cline_events(doc, stats, task, int(task) / 1000.0 if task.isdigit() else mtime)
+    elif isinstance(doc, dict) and fmt == "gemini-json":
+        yield from gemini_events(doc, stats)
+    elif isinstance(doc, dict) and fmt == "continue-json":
+        yield from continue_events(doc, stats, mtime)
+    elif fmt == "raw-json":
+        yield from raw_events(doc, stats, stem)
+    else:
+        _corrupt(stats, f"{path}: not a {fmt} document")
+
+
+def _jsonl_records(fh, path, stats, progress):
+    for number, line in enumerate(fh, 1):
+        progress(len(line))
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            rec = None
+        if isinstance(rec, dict):
+            yield rec
+        else:
+            _corrupt(stats, f"{path}:{number}")
+
+
+def _corrupt(stats, where):
+    stats["corrupt"] += 1
+    if stats["corrupt"] <= IMPORT_CORRUPT_SHOWN:
+        sys.stderr.write(f"import: {where}: corrupt, skipped\n")
+
+
+class _ImportBar:
+    """A progress bar on stderr, only when it is a terminal."""
+
+    def __init__(self, total):
+        self.total, self.done, self.shown = max(1, total), 0, -1
+        self.live = sys.stderr.isatty()
+
+    def __call__(self, n):
+        self.done += n
+        pct = min(100, self.done * 100 // self.total)
+        if self.live and pct != self.shown:
+            self.shown = pct
+            sys.stderr.write(f"\rimport [{'#' * (pct // 4):<25}] {pct:3d}%")
+            sys.stderr.flush()
+
+    def end(self):
+        if self.live:
+            sys.stderr.write("\r" + " " * 40 + "\r")
+
+
+class Importer:
+    """One `import` run: each event of each file becomes what its hook would have journaled
+    (capture_entry, journal), at its own time; what memory holds already (its capture_key)
+    is counted, not added. The journal is drained every IMPORT_DRAIN_EVERY captures."""
+
+    def __init__(self, cli, fmt, since):
+        self.store, self.mem, self.fmt, self.since = cli.store, cli.mem(), fmt, since
+        # No fsync per journaled event: the transcript stays the durable copy, and an import
+        # cut short is completed by running it again (what was stored is known by its key).
+        self.store.inbox_sync = False
+        self.mem.drain()  # loads the memory (its keys) and applies what was pending
+        self.before, self.stats, self.sessions, self.seen, self.pending = len(self.mem.msgs), Counter(), set(), set(), 0
+
+    def file(self, path, progress):
+        try:
+            mtime = os.path.getmtime(path)
+            for kind, payload in import_events(path, self.fmt, self.stats, progress):
+                self.event(kind, payload, mtime)
+        except OSError as exc:  # unreadable, or gone meanwhile: the other files go on
+            _corrupt(self.stats, f"{path}: {exc.strerror or exc}")
+            return
+        self.stats["files"] += 1
+
+    def event(self, kind, payload, mtime):
+        at = valid_ts(payload.pop("at", None)) or mtime
+        if self.since is not None and at < self.since:
+            self.stats["skipped"] += 1
+            return
+        payload = clean_payload(trim_strings(payload))
+        entry = capture_entry(kind, payload, self.store.dir, at=at)
+        if entry is None:
+            self.stats["noise"] += 1
+            return
+        self.sessions.add(payload.get("session_id"))
+        key = entry.get("key")
+        if key and (key in self.mem.keys or key in self.seen):
+            self.stats["known"] += 1
+            return
+        self.seen.add(key)
+        if journal(self.store, entry, new_id("c", at)):  # content time: the drain keeps its order
+            self.pending += 1
+        if self.pending >= IMPORT_DRAIN_EVERY:
+            self.mem.drain()
+            self.pending = 0
+
+    def summary(self, seconds):
+        self.mem.drain()
+        s = self.stats
+        return {"files": s["files"], "sessions": len(self.sessions - {None}), "exchanges": s["prompts"],
+                "stored": len(self.mem.msgs) - self.before, "known": s["known"], "noise": s["noise"],
+                "skipped": s["skipped"], "unknown_files": s["unknown_files"], "corrupt": s["corrupt"],
+                "seconds": round(seconds, 2)}
+
+
+def do_import(cli, args):
+    since = valid_ts(args.since) if args.since else None
+    if args.since and since is None:
+        raise UsageError(f"--since must be a date: {args.since[:60]!r}")
+    if not args.paths and not args.history:
+        raise UsageError("import needs a PATH or --history")
+    files = import_paths(args.paths + (history_paths(cli.project, os.path.expanduser("~")) if args.history else []))
+    started = time.time()
+    run, bar = Importer(cli, args.format, since), _ImportBar(sum(os.path.getsize(f) for f in files))
+    for path in files:
+        run.file(path, bar)
+    bar.end()
+    out = run.summary(time.time() - started)
+    return emit(args, out, tr("import_done", cli.lang, **out))
 
 
 def thread_row(t, now, half_life):

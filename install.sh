@@ -27,6 +27,8 @@ Options:
   --agent claude|codex|gemini
                          the agent whose hooks to install; repeat for several (default: the
                          agents found on this machine, asked on a terminal; else claude)
+  --import-history       import this project's earlier Claude Code, Codex and Gemini CLI sessions
+                         into memory (asked on a terminal at the first install)
   --project DIR          same as the PROJECT_DIR argument
   --uninstall            remove our hooks, shortcut and MCP entry, stop the daemon; keeps the memory in .ai/
   --purge                with --uninstall: also delete PROJECT_DIR/.ai/ (all memory)
@@ -511,6 +513,15 @@ shortcut_remove() {
   say "removed $SHORTCUT_FILE"
 }
 
+# Backfill: the module finds this project's transcripts (`import --history`); importing
+# them again adds nothing.
+import_history() {
+  if [ "$DRY" = 1 ]; then say "would import this project's earlier agent sessions"; return; fi
+  say "importing this project's earlier agent sessions"
+  "$PY" "$AI_DIR/ai_smartness.py" --project "$PROJECT" import --history ||
+    warn "the import of earlier sessions failed; re-run: $(sq "$PY") $(sq "$AI_DIR/ai_smartness.py") --project $(sq "$PROJECT") import --history"
+}
+
 ask() { # ask VAR PROMPT DEFAULT CHOICE...: read a choice from the terminal
   local answer c
   while :; do
@@ -578,6 +589,7 @@ do_install() {
   if [ -t 0 ] && [ "$DRY" = 0 ] && [ ! -e "$AI_DIR/config.json" ]; then
     [ -n "$LANG_OPT" ] || ask LANG_OPT "Language (en, fr, es)" en en fr es
     [ -n "$MODE_OPT" ] || ask MODE_OPT "Mode (light, normal, heavy, max)" normal light normal heavy max
+    [ -n "$IMPORT_HISTORY" ] || ask IMPORT_HISTORY "Import this project's earlier agent sessions into memory (y, n)" y y n
   fi
   if [ "$EMBED" = 1 ]; then
     ensure_deps
@@ -591,6 +603,7 @@ do_install() {
   for a in $AGENTS_OPT; do pyjson install "$(agent_settings "$a")" "$(agent_template "$a")" "$PY" "$AI_DIR"; done
   [ "$SHORTCUT" = 0 ] || shortcut_install
   [ "$MCP" = 0 ] || pyjson mcp-install "$PROJECT/.mcp.json" "$PY" "$AI_DIR" "$PROJECT"
+  [ "$IMPORT_HISTORY" != y ] || import_history
   [ "$DRY" = 0 ] || { say "dry run: nothing was changed"; return; }
   local cli embeddings="on (shared venv $VENV)"
   cli="$(sq "$PY") $(sq "$AI_DIR/ai_smartness.py") --project $(sq "$PROJECT")"
@@ -653,7 +666,7 @@ do_uninstall() {
 need() { [ $# -ge 2 ] || bad "$1 needs a value"; }
 
 AGENTS_OPT='' LANG_OPT='' MODE_OPT='' PROJECT='' EMBED=1 DEPS_ONLY=0 SHORTCUT=0 UNINSTALL=0 PURGE=0 DRY=0
-MCP=0
+MCP=0 IMPORT_HISTORY=''
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
@@ -665,6 +678,7 @@ while [ $# -gt 0 ]; do
     --shortcut) SHORTCUT=1 ;;
     --mcp) MCP=1 ;;
     --agent) need "$@"; AGENTS_OPT="$AGENTS_OPT ${2//,/ }"; shift ;;
+    --import-history) IMPORT_HISTORY=y ;;
     --uninstall) UNINSTALL=1 ;;
     --purge) PURGE=1 ;;
     --dry-run) DRY=1 ;;

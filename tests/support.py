@@ -6,6 +6,7 @@ Imported by conftest.py, the test files and e2e_support.py. It puts the repo roo
 on sys.path itself, so `import ai_smartness` works wherever it is imported from. The module is
 reached only through a few names (HOOKS, Store, data_dir_of, daemon_alive, daemon_info,
 stop_daemon): when those change, this file changes, not the tests."""
+import itertools
 import json
 import os
 import signal
@@ -200,6 +201,9 @@ def stop_daemons(*projects, under=None, timeout=30.0):
 
 
 # ---- hook payloads: one factory per event, shaped like the real client's ----
+# The client gives every tool call an id of its own, and the memory stores one capture per id.
+_TOOL_USE_IDS = itertools.count(1)
+
 
 def _base(event, session=SESSION, project=None):
     cwd = str(project) if project is not None else "/x"
@@ -223,7 +227,7 @@ def read_payload(path, session=SESSION, project=None):
 
 def post_payload(tool, tool_input, tool_response, session=SESSION, project=None):
     return dict(_base("PostToolUse", session, project), tool_name=tool, tool_input=tool_input,
-                tool_response=tool_response, tool_use_id="toolu_2", duration_ms=5)
+                tool_response=tool_response, tool_use_id=f"toolu_{next(_TOOL_USE_IDS):04d}", duration_ms=5)
 
 
 def bash_payload(marker, i=0, session=SESSION, project=None):
@@ -232,13 +236,13 @@ def bash_payload(marker, i=0, session=SESSION, project=None):
                                       "description": f"run suite {i}"},
                              {"stdout": f"collected 12 items; parser regression {marker} fixed in tokenizer "
                                         f"stage {i}", "stderr": "", "interrupted": False, "isImage": False},
-                             session, project), tool_use_id=f"toolu_{i:04d}", duration_ms=97)
+                             session, project), duration_ms=97)
 
 
 def failure_payload(command="npm test", error="Exit code 1\nFAIL src/app.test.ts", session=SESSION, project=None):
     """A PostToolUseFailure of Bash shaped like fixtures/PostToolUseFailure.json."""
     return dict(_base("PostToolUseFailure", session, project), tool_name="Bash", tool_input={"command": command},
-                tool_use_id="toolu_3", error=error, is_interrupt=False, duration_ms=40)
+                tool_use_id=f"toolu_{next(_TOOL_USE_IDS):04d}", error=error, is_interrupt=False, duration_ms=40)
 
 
 def stop_payload(message=None, transcript=None, active=False, session=SESSION, project=None):
