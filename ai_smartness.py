@@ -5232,6 +5232,7 @@ class LLMWork:
         self.borderline, self.bridges, self.outputs = [], [], []
         self.captures, self.since = 0, None  # captures noted since the last pass; first one's time
         self.calls = 0  # calls made by this memory's passes
+        self.busy = None  # the thread of the daemon's pass under way (see start)
 
     def note(self, decision, thread, msg, bridges):
         """What _apply did with one capture, as the model may revisit it (no call here)."""
@@ -5252,6 +5253,15 @@ class LLMWork:
         if self.since is None:
             return False
         return self.captures >= LLM_PASS_CAPTURES or time.monotonic() - self.since >= LLM_PASS_SECONDS
+
+    def start(self, lock):
+        """The daemon's call after a drain: a due pass runs in a thread of its own, so that
+        the drains go on while the model answers (one pass at a time)."""
+        import threading
+        if self.mem.llm is None or not self.due() or (self.busy and self.busy.is_alive()):
+            return
+        self.busy = threading.Thread(target=self.run, args=(lock,), name="llm-pass", daemon=True)
+        self.busy.start()
 
     def run(self, lock=None, force=False):
         """One pass when due (`force`: whatever is pending): returns the calls it made.
@@ -5289,18 +5299,21 @@ class LLMWork:
     def _plan(self):
         """(purpose, prompt, items, apply) per purpose, the pending queues emptied."""
         mem = self.mem
+        take = LLM_BATCH_ITEMS
         tids = [t for t in self.threads if t in mem.threads and self._stale(mem.threads[t])]
         border = [b for b in self.borderline if b["id"] in mem.msgs]
         bids = [b for b in dict.fromkeys(self.bridges) if b in mem.bridges]
         outs = [m for m in dict.fromkeys(self.outputs) if m in mem.msgs]
-        self.threads, self.borderline, self.bridges, self.outputs = {}, [], [], []
-        self.captures, self.since = 0, None
-        take = LLM_BATCH_ITEMS
-        return [("titles", LLM_TITLES_PROMPT, [self._thread_item(t) for t in tids[-take:]], self._apply_titles),
-                ("borderline", LLM_BORDERLINE_PROMPT, [self._border_item(b) for b in border[-take:]],
+        # What one batch cannot hold waits for the next pass, the oldest first.
+        self.threads = dict.fromkeys(tids[take:])
+        self.borderline, self.bridges, self.outputs = border[take:], bids[take:], outs[take:]
+        self.captures = 0
+        self.since = time.monotonic() if self.threads or self.borderline or self.bridges or self.outputs else None
+        return [("titles", LLM_TITLES_PROMPT, [self._thread_item(t) for t in tids[:take]], self._apply_titles),
+                ("borderline", LLM_BORDERLINE_PROMPT, [self._border_item(b) for b in border[:take]],
                  self._apply_borderline),
-                ("bridges", LLM_BRIDGES_PROMPT, [self._bridge_item(b) for b in bids[-take:]], self._apply_bridges),
-                ("outputs", LLM_OUTPUTS_PROMPT, [self._output_item(m) for m in outs[-take:]], self._apply_outputs),
+                ("bridges", LLM_BRIDGES_PROMPT, [self._bridge_item(b) for b in bids[:take]], self._apply_bridges),
+                ("outputs", LLM_OUTPUTS_PROMPT, [self._output_item(m) for m in outs[:take]], self._apply_outputs),
                 ("rules", LLM_RULES_PROMPT, rule_pairs(mem.store.rules())[:take], self._apply_rules)]
 
     @staticmethod
@@ -6049,7 +6062,7 @@ class Daemon:
             self._check_socket()
             self._drain()  # first pass right at start: what was journaled while no daemon ran
             if self.mem is not None:
-                self.mem.llm_work.run(self.lock)  # the LLM's background pass, when one is due
+                self.mem.llm_work.start(self.lock)  # the LLM's background pass, when one is due
             if time.monotonic() - self.last_request > self._idle_limit():
                 self.store.log.info("daemon idle; exiting")
                 break

@@ -315,3 +315,24 @@ def test_precompact_writes_the_models_synthesis_and_the_heuristic_one_without_it
     ai.answer("precompact", support.precompact_payload(transcript, project=project), store, mem)
     doc = store.latest_synthesis()
     assert doc["llm_used"] and doc["state"] == "refresh token rotation is implemented"
+
+
+def test_the_daemon_runs_a_due_pass_in_its_own_thread_after_its_drains(project):
+    d = ai.Daemon(str(project))
+    d.socket = d.store.socket_file  # never bound: only the status file names it
+    d._warm()
+    try:
+        llm = d.mem.llm = FakeLLM(titles_script, lock=d.lock)
+        for _, text in topics_data.interleaved() * 2:
+            d.store.inbox_append(ai.prepare_capture(text))
+        d._drain()
+        assert llm.calls == [] and d.mem.llm_work.due()
+        d.mem.llm_work.start(d.lock)
+        d.mem.llm_work.busy.join(10)
+        assert [c[0] for c in llm.calls] == ["titles"]
+        assert all("llm" in t for t in d.mem.threads.values())
+        d.mem.llm_work.start(d.lock)  # nothing due: no second pass
+        assert len(llm.calls) == 1
+    finally:
+        d.stopping.set()
+        d.ahead.clear()
