@@ -418,6 +418,9 @@ LLM_GROUNDED_SHARE = 0.3
 LLM_MAX_TOKENS, LLM_SYNTHESIS_TOKENS, LLM_SYNTHESIS_CHARS, LLM_SYNTHESIS_SPARE = 1200, 900, 12000, 3.0
 # Pending items kept at most (the oldest go: the heuristic answer stands for them).
 LLM_PENDING_MAX = 400
+# A thread a borderline message started is merged into the one the model names only while it
+# holds at most this many messages.
+LLM_MERGE_MAX = 8
 # Words two rules share (of all theirs) for the model to be asked whether one replaces the other.
 LLM_RULE_OVERLAP = 0.3
 # Bridge relations the model may name.
@@ -5071,7 +5074,7 @@ class MemoryWriter(MemoryIndex):
             del active[tid]
             touched_t.add(tid)
         decision.update(message_id=mid, capture_id=entry["id"], topics=ext["topics"])
-        if self.llm is not None:
+        if self.llm is not None and self.llm.enabled:
             self.llm_work.note(decision, thread, msg, new)
         self._decision_log.append(("info", "decision", {
             "action": action, "thread": thread["id"], "score": round(decision["score"], 4),
@@ -5767,6 +5770,8 @@ class LLMWork:
             if target == src or (target is None and item["_started"]):
                 continue  # the heuristic decision stands, confirmed
             started = item["_started"] and mem.threads[src]["messages"][0]["id"] == mid
+            if started and len(mem.threads[src]["messages"]) > LLM_MERGE_MAX:
+                continue  # the thread it started has grown into work of its own since
             moving = [m["id"] for m in mem.threads[src]["messages"]] if started else [mid]
             dest = self._move(moving, src, target, touched_t, touched_b, gone)
             mem.store.log.info("llm decision", message=mid, moved_from=src, to=dest, reason=reason)
@@ -7133,8 +7138,9 @@ def hook_precompact(store, payload, mem):
                           clean_field(payload.get("custom_instructions"), INSTRUCTIONS_CHARS),
                           clean_field(payload.get("session_id")))
     # The model may write it instead, within what the budget leaves (the heuristic one is the fallback).
+    llm = mem.llm if mem is not None and mem.llm is not None else LLM(store, store.config())
     spare = HOOKS["precompact"].budget - LLM_SYNTHESIS_SPARE - (process_age() if mem is None else 0.0)
-    doc = llm_synthesis(getattr(mem, "llm", None), texts, doc, spare)
+    doc = llm_synthesis(llm, texts, doc, spare)
     store.write_synthesis(doc, now)
     store.log.info("synthesis saved", decisions=len(doc["decisions"]), open=len(doc["open_questions"]))
     return ""
