@@ -11,6 +11,7 @@ import pytest
 import ai_smartness as ai
 import support
 import topics_data
+from fake_anthropic import LLM_MARKER, FakeAnthropic, http_error, malformed_body, request_text
 
 
 class FakeLLM:
@@ -336,3 +337,53 @@ def test_the_daemon_runs_a_due_pass_in_its_own_thread_after_its_drains(project):
     finally:
         d.stopping.set()
         d.ahead.clear()
+
+
+def anthropic_memory(project, url):
+    (project / ".ai").mkdir(mode=0o700, exist_ok=True)
+    (project / ".ai" / "config.json").write_text(json.dumps({"llm": {"backend": "anthropic", "base_url": url}}))
+    mem = ai.open_memory(str(project))
+    mem.llm = ai.LLM(mem.store, mem.store.config())
+    return mem
+
+
+def titles_reply(body):
+    data = json.JSONDecoder().raw_decode(request_text(body).split(LLM_MARKER, 1)[1].lstrip())[0]
+    return json.dumps(titles_script("titles", data))
+
+
+def test_through_the_anthropic_backend_titles_are_taken_and_faults_leave_the_heuristics(project, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "dummy-key")
+    with FakeAnthropic(llm=[http_error(429), malformed_body(), titles_reply]) as api:
+        mem = anthropic_memory(project, api.url)
+        for _, text in topics_data.interleaved():
+            mem.capture(text)
+        before = shape(mem)
+        for _ in range(2):  # a 429, then a body that is not JSON: nothing changes
+            mem.llm_work.threads.update(dict.fromkeys(mem.threads))
+            assert mem.llm_work.run(force=True) == 1
+            assert shape(mem) == before
+        mem.llm_work.threads.update(dict.fromkeys(mem.threads))
+        mem.llm_work.run(force=True)
+        assert len(api.bodies("llm")) == 3
+    assert all(t["llm"]["llm_used"] for t in mem.threads.values())
+    report = mem.llm.report()
+    assert report["today"]["calls"] == 3 and report["today"]["failures"] == 2
+
+
+def test_precompact_in_the_hook_process_asks_the_configured_backend_redacted(project, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "dummy-key")
+    secret = "sk-ant-api03-" + "Q7x" * 30
+    transcript = project / "t.jsonl"
+    transcript.write_text("\n".join(json.dumps({"type": t, "message": {"role": t, "content": c}}) for t, c in (
+        ("user", f"We decided to keep the JWT refresh tokens opaque. The key is {secret}"),
+        ("assistant", "Refresh token rotation is implemented in auth/tokens.py."))) + "\n")
+    answer = {"decisions": ["keep the JWT refresh tokens opaque"], "open_questions": [],
+              "state": "refresh token rotation is implemented", "next_steps": ["rotate the signing key"]}
+    with FakeAnthropic(llm=[json.dumps(answer)]) as api:
+        mem = anthropic_memory(project, api.url)
+        ai.answer("precompact", support.precompact_payload(transcript, project=project), mem.store, None)
+        (body,) = api.bodies("llm")
+    assert secret not in json.dumps(body)
+    doc = mem.store.latest_synthesis()
+    assert doc["llm_used"] and doc["next_steps"] == ["rotate the signing key"]
