@@ -2428,13 +2428,15 @@ def claude_cli_command(llm, system):
 def claude_cli_call(llm, system, user, max_tokens, timeout):
     """The user's own `claude` CLI in print mode (their login, no API bill of ours), run in an
     empty folder outside the project with INTERNAL_ENV set; the prompt goes on stdin (not in
-    the process list). The CLI's own retries are off: a failure falls back at once."""
+    the process list). The CLI's own retries and thinking are off: a failure falls back at once,
+    and an answer costs only its tokens."""
     import signal
     import subprocess
     import tempfile
     env = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_PROJECT_DIR", "CLAUDE_ENV_FILE")}
     env.update({INTERNAL_ENV: "1", "CLAUDE_CODE_MAX_RETRIES": "0", "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(max_tokens),
-                "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1"})
+                "MAX_THINKING_TOKENS": "0", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+                "DISABLE_ERROR_REPORTING": "1"})
     with tempfile.TemporaryDirectory(prefix="ai_smartness-llm-") as cwd:
         proc = subprocess.Popen(claude_cli_command(llm, system), cwd=cwd, env=env, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
