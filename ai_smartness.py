@@ -60,6 +60,7 @@ Data dir <project>/.ai/:
     db/threads/<id>.json  db/bridges/<id>.json  db/synthesis/  db/quarantine/
     db/index.json (derived)  db/state.json (generation)  inbox/ (capture journal)
     cache/recall/ (generated recall files)  logs/
+    llm_usage.json (the optional LLM's usage ledger)
 """
 # Only cheap stdlib modules at module level: hooks start a fresh interpreter each time
 # (`python -I -S -c 'import ai_smartness ...'`: no site, no runpy) and are measured against
