@@ -77,6 +77,11 @@ def ask(box, api, calls):
     return json.loads(done.stdout)
 
 
+def hook_contexts(body):
+    """What hooks added to a request (their stdout lands in system entries with these prefixes)."""
+    return [s for s in system_entries(body) if "hook additional context:" in s or "hook success:" in s]
+
+
 def hook_records(box):
     return [r for r in log_records(box.project) if "hook" in r]
 
@@ -98,7 +103,7 @@ def test_claude_cli_answers_redacted_and_runs_no_hook(box):
     # Nothing ran or was kept: no hook of any level, no capture, no session transcript.
     assert not box.user_marker.exists() and not box.marker_lines()
     assert not hook_records(box), hook_records(box)
-    assert not system_entries(body), system_entries(body)  # no SessionStart or prompt context
+    assert not hook_contexts(body), system_entries(body)  # no hook context
     assert not list((box.project / ".ai" / "inbox").glob("*.json"))
     assert not list((box.project / ".ai" / "db" / "threads").glob("*.json"))
     assert not list((box.home / ".claude" / "projects").rglob("*.jsonl"))
@@ -117,7 +122,8 @@ def test_claude_cli_answers_redacted_and_runs_no_hook(box):
 def test_claude_cli_faults_fall_back_and_a_cap_of_n_makes_n_calls(box):
     faults = [http_error(429), overloaded(), http_error(500), slow(8, json.dumps(TITLE)), "Sure, here it is.",
               huge(600000)]
-    configure(box, timeout_seconds=4, max_calls_per_day=len(faults), max_calls_per_capture=0)
+    configure(box, timeout_seconds=4, max_calls_per_day=len(faults), max_calls_per_capture=0,
+              failure_pause_seconds=0)
     with FakeAnthropic(llm=faults + [json.dumps(TITLE)] * 3) as api:
         answers = ask(box, api, [["titles", "Title this thread.", "thread %d" % i] for i in range(len(faults) + 3)])
         made = len(api.bodies("llm"))
@@ -137,3 +143,25 @@ def test_claude_cli_faults_fall_back_and_a_cap_of_n_makes_n_calls(box):
     assert any("max_calls_per_day" in w for w in health["warnings"]), health["warnings"]
     assert any("failed calls" in w for w in health["warnings"]), health["warnings"]
     assert not box.user_marker.exists() and not hook_records(box)
+
+
+def test_guards_hold_even_where_a_client_runs_our_hooks(box, monkeypatch):
+    """Belt and braces, for a `claude` that would run hooks anyway: with the product's
+    environment marker our hooks do nothing (the foreign and user-level hooks still run), and
+    without it a prompt that starts with the product's marker is not captured."""
+    import ai_smartness as ai
+    prompt = ai.LLM_PROMPT_MARKER + "\nTitle this thread: rotate the JWT refresh token."
+    monkeypatch.setenv(ai.INTERNAL_ENV, "1")
+    with FakeAnthropic(["All done."]) as api:
+        assert box.run_claude(api, prompt).returncode == 0
+        (first,) = api.bodies("llm")  # the stand-in sees the marker: answered as the product's call
+    assert box.user_marker.exists()  # hooks ran...
+    assert not hook_contexts(first), system_entries(first)  # ...ours said nothing
+    monkeypatch.delenv(ai.INTERNAL_ENV)
+    with FakeAnthropic(["All done."]) as api:
+        assert box.run_claude(api, prompt).returncode == 0
+        (first,) = api.bodies("llm")
+    assert any("SessionStart hook additional context" in s for s in system_entries(first))
+    box.cli("status")  # drains the inbox
+    kept = {str(x): x.read_text() for x in (box.project / ".ai").rglob("*.json")}
+    assert not [name for name, text in kept.items() if "rotate the JWT refresh token" in text], kept

@@ -169,6 +169,27 @@ def test_ledger_keeps_days_and_survives_a_corrupt_file(tmp_path, key):
     assert llm.ask_json("titles", "s", "u") is None and llm.report()["today"]["calls"] == 1
 
 
+def test_a_failing_backend_is_paused_longer_each_time(tmp_path, key, monkeypatch):
+    clock = [1_800_000_000.0]
+    monkeypatch.setattr(ai.time, "time", lambda: clock[0])
+    with FakeAnthropic(llm=[http_error(429), http_error(429), "not json", '{"ok": 1}']) as api:
+        llm = make_llm(tmp_path, base_url=api.url, failure_pause_seconds=30, max_calls_per_capture=0)
+        assert llm.ask_json("titles", "s", "u") is None  # 429: paused 30 s
+        assert not llm.available("titles") and llm.ask_json("titles", "s", "u") is None
+        assert llm.report()["capped"] == "paused" and llm.report()["paused_until"]
+        clock[0] += 31
+        assert llm.ask_json("titles", "s", "u") is None  # 429 again: paused 60 s
+        clock[0] += 31
+        assert not llm.available("titles")
+        clock[0] += 30
+        assert llm.ask_json("titles", "s", "u") is None  # a bad answer: the backend works, no pause
+        assert llm.ask_json("titles", "s", "u") == {"ok": 1}
+        assert len(api.bodies("llm")) == 4
+    report = llm.report()
+    assert report["today"]["calls"] == 4 and report["today"]["failures"] == 3 and report["paused_until"] is None
+    assert not any("cap" in w for w in ai.llm_warnings(report, "en"))
+
+
 def test_first_json():
     assert ai.first_json('noise [1, 2] {"a": 1}') == [1, 2]
     assert ai.first_json('{broken {"a": {"b": 2}} tail') == {"a": {"b": 2}}
