@@ -389,10 +389,14 @@ LLM_CALL_BURST = 3
 LLM_UNEARNED_PURPOSES = frozenset({"synthesis"})
 # Days the usage ledger keeps, and characters kept of the last error.
 LLM_LEDGER_DAYS, LLM_ERROR_CHARS = 14, 300
-# Places where the first JSON value of an answer is looked for.
+# What every system prompt ends with, and places where the first JSON value of an answer is looked for.
+LLM_JSON_ONLY = "Answer with JSON only: one JSON value, no prose around it."
 LLM_JSON_STARTS = 20
 # Longest pause after failures in a row (llm.failure_pause_seconds doubles up to it).
 LLM_MAX_PAUSE_SECONDS = 3600.0
+# Characters of the system and user texts sent at most (redacted, then cut): one call can pass
+# the daily token cap by no more than this and its answer.
+LLM_MAX_SYSTEM_CHARS, LLM_MAX_USER_CHARS = 8000, 48000
 
 # ---- user rules ----
 # The longest sentence kept as a rule (longer is prose), the share of the inject budget the
@@ -2605,8 +2609,8 @@ class LLM:
         except Exception as exc:
             self.store.log.error("llm ledger not updated; no call", error=repr(exc))
             return None
-        system = redact(system) + "\nAnswer with JSON only: one JSON value, no prose around it."
-        user = f"{LLM_PROMPT_MARKER}\n{redact(user)}"
+        system = cut_redacted(str(system), LLM_MAX_SYSTEM_CHARS) + "\n" + LLM_JSON_ONLY
+        user = f"{LLM_PROMPT_MARKER}\n{cut_redacted(str(user), LLM_MAX_USER_CHARS)}"
         max_tokens = max(1, min(int(max_tokens), self.cfg["max_tokens_per_call"]))
         timeout = self.cfg["timeout_seconds"] if timeout is None else max(0.1, float(timeout))
         text, tokens, error, t0 = "", None, None, time.monotonic()

@@ -76,6 +76,23 @@ def test_openai_compatible_backend(tmp_path, monkeypatch):
     assert llm.report()["today"]["tokens"] > 0
 
 
+def test_openai_compatible_faults_fall_back(tmp_path):
+    with FakeAnthropic(llm=[http_error(500), "no json"]) as api:
+        llm = make_llm(tmp_path, "openai-compatible", base_url=api.url + "/v1", model="m", failure_pause_seconds=0)
+        assert llm.ask_json("titles", "s", "u") is None and llm.ask_json("titles", "s", "u") is None
+    assert [e["error"] for e in failed_calls(tmp_path)] == ["HTTP 500 api_error", "no JSON object or array in the answer"]
+
+
+def test_what_is_sent_is_cut_after_redaction(tmp_path, key):
+    with FakeAnthropic(llm=['{"ok": 1}']) as api:
+        llm = make_llm(tmp_path, base_url=api.url)
+        assert llm.ask_json("synthesis", "s" * 50000, SECRET + " " + "word " * 50000) == {"ok": 1}
+        (body,) = api.bodies("llm")
+    user = body["messages"][0]["content"]
+    assert len(user) <= len(LLM_MARKER) + 1 + ai.LLM_MAX_USER_CHARS and SECRET not in user
+    assert len(body["system"]) <= ai.LLM_MAX_SYSTEM_CHARS + 1 + len(ai.LLM_JSON_ONLY)
+
+
 def test_a_backend_without_what_it_needs_is_not_enabled(tmp_path, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     assert "ANTHROPIC_API_KEY" in make_llm(tmp_path).problem
