@@ -60,6 +60,7 @@ Data dir <project>/.ai/:
     db/threads/<id>.json  db/bridges/<id>.json  db/synthesis/  db/quarantine/
     db/index.json (derived)  db/state.json (generation)  inbox/ (capture journal)
     cache/recall/ (generated recall files)  logs/
+    llm_usage.json (the optional LLM's usage ledger)
 """
 # Only cheap stdlib modules at module level: hooks start a fresh interpreter each time
 # (`python -I -S -c 'import ai_smartness ...'`: no site, no runpy) and are measured against
@@ -129,6 +130,7 @@ DEFAULT_CONFIG = {
         "max_tokens_per_day": 300000,  # input and output tokens, as the backend reports them
         "max_calls_per_capture": 0.2,  # one call earned per 5 captures (plus LLM_CALL_BURST)
         "max_tokens_per_call": 2000,  # ceiling on the answer's length of one call
+        "failure_pause_seconds": 30.0,  # no call this long after a failed one, doubled per failure in a row
     },
 }
 # Content larger than this is cut before anything else touches it.
@@ -258,7 +260,7 @@ CONFIG_RANGES = {
     "daemon_idle_seconds": (1, 30 * 86400), "hook_budget_ms": (50, 60000),
     "llm.timeout_seconds": (1.0, 3600.0), "llm.max_calls_per_day": (0, 10 ** 6),
     "llm.max_tokens_per_day": (0, 10 ** 10), "llm.max_calls_per_capture": (0.0, 10.0),
-    "llm.max_tokens_per_call": (16, 64000),
+    "llm.max_tokens_per_call": (16, 64000), "llm.failure_pause_seconds": (0.0, 86400.0),
 }
 # Any other number under "thresholds" is a similarity or a share.
 THRESHOLD_RANGE = (0.0, 1.0)
@@ -387,8 +389,14 @@ LLM_CALL_BURST = 3
 LLM_UNEARNED_PURPOSES = frozenset({"synthesis"})
 # Days the usage ledger keeps, and characters kept of the last error.
 LLM_LEDGER_DAYS, LLM_ERROR_CHARS = 14, 300
-# Places where the first JSON value of an answer is looked for.
+# What every system prompt ends with, and places where the first JSON value of an answer is looked for.
+LLM_JSON_ONLY = "Answer with JSON only: one JSON value, no prose around it."
 LLM_JSON_STARTS = 20
+# Longest pause after failures in a row (llm.failure_pause_seconds doubles up to it).
+LLM_MAX_PAUSE_SECONDS = 3600.0
+# Characters of the system and user texts sent at most (redacted, then cut): one call can pass
+# the daily token cap by no more than this and its answer.
+LLM_MAX_SYSTEM_CHARS, LLM_MAX_USER_CHARS = 8000, 48000
 
 # ---- user rules ----
 # The longest sentence kept as a rule (longer is prose), the share of the inject budget the
@@ -2484,13 +2492,15 @@ def claude_cli_command(llm, system):
 def claude_cli_call(llm, system, user, max_tokens, timeout):
     """The user's own `claude` CLI in print mode (their login, no API bill of ours), run in an
     empty folder outside the project with INTERNAL_ENV set; the prompt goes on stdin (not in
-    the process list). The CLI's own retries are off: a failure falls back at once."""
+    the process list). The CLI's own retries and thinking are off: a failure falls back at once,
+    and an answer costs only its tokens."""
     import signal
     import subprocess
     import tempfile
     env = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_PROJECT_DIR", "CLAUDE_ENV_FILE")}
     env.update({INTERNAL_ENV: "1", "CLAUDE_CODE_MAX_RETRIES": "0", "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(max_tokens),
-                "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1"})
+                "MAX_THINKING_TOKENS": "0", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+                "DISABLE_ERROR_REPORTING": "1"})
     with tempfile.TemporaryDirectory(prefix="ai_smartness-llm-") as cwd:
         proc = subprocess.Popen(claude_cli_command(llm, system), cwd=cwd, env=env, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -2571,7 +2581,10 @@ class LLM:
                 "earned_calls": None if not rate else
                 max(0, int(LLM_CALL_BURST + day["captures"] * rate - day["earned_calls"]))}
 
-    def _cap_reached(self, day, purpose):
+    def _cap_reached(self, day, purpose, doc=None, now=0.0):
+        """The cap one more call of `purpose` would pass ("paused": the backend failed lately)."""
+        if doc is not None and _is_number(doc.get("paused_until")) and now < doc["paused_until"]:
+            return "paused"
         left = self.left(day)
         if not left["calls"]:
             return "max_calls_per_day"
@@ -2584,7 +2597,8 @@ class LLM:
     def available(self, purpose):
         """Enabled and under every cap for one more call of `purpose`."""
         try:
-            return self.enabled and self._cap_reached(self._today(self.store.llm_usage(), time.time()), purpose) is None
+            doc, now = self.store.llm_usage(), time.time()
+            return self.enabled and self._cap_reached(self._today(doc, now), purpose, doc, now) is None
         except Exception as exc:  # a ledger that cannot be read: no call
             self.store.log.error("llm ledger unreadable", error=repr(exc))
             return False
@@ -2604,7 +2618,9 @@ class LLM:
     def _reserve(self, doc, purpose, now):
         """Count one call before it is made; the cap it would pass instead (logged once a day)."""
         day = self._today(doc, now)
-        capped = self._cap_reached(day, purpose)
+        capped = self._cap_reached(day, purpose, doc, now)
+        if capped == "paused":
+            return capped
         if capped:
             if day.get("capped") != capped:
                 day["capped"] = capped
@@ -2616,7 +2632,9 @@ class LLM:
         spent["calls"] = spent.get("calls", 0) + 1
         return None
 
-    def _settle(self, doc, purpose, now, tokens, error):
+    def _settle(self, doc, purpose, now, tokens, error, backend_failed):
+        """Count a call's tokens and outcome; a backend that failed (not a bad answer) is left
+        alone for a while, longer after each failure in a row: a 429 asks for exactly that."""
         day = self._today(doc, now)
         spent = day["purposes"].setdefault(purpose, {})
         day["tokens"] += tokens
@@ -2628,6 +2646,10 @@ class LLM:
             day["failures"] += 1
             spent["failures"] = spent.get("failures", 0) + 1
             doc["last_error"] = dict(call, error=clean_field(error, LLM_ERROR_CHARS))
+        in_row = doc.get("failures_in_row") if _is_number(doc.get("failures_in_row")) else 0
+        doc["failures_in_row"] = in_row + 1 if backend_failed else 0
+        pause = self.cfg["failure_pause_seconds"] * 2 ** min(30, doc["failures_in_row"] - 1)
+        doc["paused_until"] = now + min(LLM_MAX_PAUSE_SECONDS, pause) if backend_failed and pause else 0
 
     # -- the call --
     def ask_json(self, purpose, system, user, max_tokens=1000, timeout=None):
@@ -2643,8 +2665,8 @@ class LLM:
         except Exception as exc:
             self.store.log.error("llm ledger not updated; no call", error=repr(exc))
             return None
-        system = redact(system) + "\nAnswer with JSON only: one JSON value, no prose around it."
-        user = f"{LLM_PROMPT_MARKER}\n{redact(user)}"
+        system = cut_redacted(str(system), LLM_MAX_SYSTEM_CHARS) + "\n" + LLM_JSON_ONLY
+        user = f"{LLM_PROMPT_MARKER}\n{cut_redacted(str(user), LLM_MAX_USER_CHARS)}"
         max_tokens = max(1, min(int(max_tokens), self.cfg["max_tokens_per_call"]))
         timeout = self.cfg["timeout_seconds"] if timeout is None else max(0.1, float(timeout))
         text, tokens, error, t0 = "", None, None, time.monotonic()
@@ -2652,13 +2674,15 @@ class LLM:
             text, tokens = LLM_CALLS[self.backend](self, system, user, max_tokens, timeout)
         except Exception as exc:  # a timeout, a refused connection, an HTTP error, a bad answer
             error = str(exc) if isinstance(exc, LLMFailure) else repr(exc)
+        backend_failed = error is not None
         value = first_json(text) if error is None else None
         if error is None and not isinstance(value, (dict, list)):
             error = "no JSON object or array in the answer"
         if tokens is None:  # not reported: estimated (4 characters a token) so that the caps still hold
             tokens = (len(system) + len(user) + len(text)) // 4
         try:
-            self.store.update_llm_usage(lambda doc: self._settle(doc, purpose, time.time(), tokens, error))
+            self.store.update_llm_usage(lambda doc: self._settle(doc, purpose, time.time(), tokens, error,
+                                                                 backend_failed))
         except Exception as exc:
             self.store.log.error("llm ledger not updated", error=repr(exc))
         fields = dict(purpose=purpose, backend=self.backend, tokens=tokens, seconds=round(time.monotonic() - t0, 2))
@@ -2671,13 +2695,15 @@ class LLM:
 
     def report(self, now=None):
         """Usage for status and health: today's counts, what the caps leave, the last error."""
-        doc = self.store.llm_usage()
-        day = self._today(json.loads(json.dumps(doc)), time.time() if now is None else now)
+        doc, now = self.store.llm_usage(), time.time() if now is None else now
+        day = self._today(json.loads(json.dumps(doc)), now)
         caps = {k: self.cfg[k] for k in ("max_calls_per_day", "max_tokens_per_day", "max_calls_per_capture")}
         return {"backend": self.backend, "model": self.model, "enabled": self.enabled, "problem": self.problem,
                 "today": {k: day[k] for k in ("calls", "tokens", "failures", "captures")},
                 "purposes": day["purposes"], "caps": caps, "left": self.left(day),
-                "capped": self._cap_reached(day, "") if self.enabled else None,
+                "capped": self._cap_reached(day, "", doc, now) if self.enabled else None,
+                "paused_until": iso(doc["paused_until"]) if valid_ts(doc.get("paused_until"))
+                and doc["paused_until"] > now else None,
                 "last_call": doc.get("last_call"), "last_error": doc.get("last_error")}
 
 # ==== 6. Core logic (pure) ====
@@ -6951,8 +6977,8 @@ def journal_prompt(store, payload):
 @hook("inject", event="UserPromptSubmit", budget=4.0, via_daemon=True)
 def hook_inject(store, payload, mem):
     prompt = payload.get("prompt")
-    if not isinstance(prompt, str) or not prompt.strip():
-        return ""
+    if not isinstance(prompt, str) or not prompt.strip() or prompt.lstrip().startswith(LLM_PROMPT_MARKER):
+        return ""  # nothing, or the product's own LLM prompt: no rule, task or context from it
     # Journaled before anything else: the budget may end the rest, never the capture.
     cid = journal_prompt(store, payload)
     cfg = mem.cfg if mem else store.config()
@@ -7519,7 +7545,7 @@ def llm_warnings(report, lang):
     warnings = []
     if report["problem"]:
         warnings.append(tr("warn_llm_problem", lang, backend=report["backend"], problem=report["problem"]))
-    if report["capped"]:
+    if report["capped"] and report["capped"] != "paused":  # a pause follows failures, said below
         warnings.append(tr("warn_llm_cap", lang, cap=report["capped"]))
     if report["today"]["failures"]:
         warnings.append(tr("warn_llm_failures", lang, n=report["today"]["failures"],

@@ -316,7 +316,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("request-id", self.api._next_id("req"))
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(data)
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # a client that gave up (timed out on a slow answer): nothing to tell it
 
     def _record(self, body, kind):
         self.api._record(Recorded(self.command, self.path, dict(self.headers.items()), body, kind))

@@ -76,6 +76,23 @@ def test_openai_compatible_backend(tmp_path, monkeypatch):
     assert llm.report()["today"]["tokens"] > 0
 
 
+def test_openai_compatible_faults_fall_back(tmp_path):
+    with FakeAnthropic(llm=[http_error(500), "no json"]) as api:
+        llm = make_llm(tmp_path, "openai-compatible", base_url=api.url + "/v1", model="m", failure_pause_seconds=0)
+        assert llm.ask_json("titles", "s", "u") is None and llm.ask_json("titles", "s", "u") is None
+    assert [e["error"] for e in failed_calls(tmp_path)] == ["HTTP 500 api_error", "no JSON object or array in the answer"]
+
+
+def test_what_is_sent_is_cut_after_redaction(tmp_path, key):
+    with FakeAnthropic(llm=['{"ok": 1}']) as api:
+        llm = make_llm(tmp_path, base_url=api.url)
+        assert llm.ask_json("synthesis", "s" * 50000, SECRET + " " + "word " * 50000) == {"ok": 1}
+        (body,) = api.bodies("llm")
+    user = body["messages"][0]["content"]
+    assert len(user) <= len(LLM_MARKER) + 1 + ai.LLM_MAX_USER_CHARS and SECRET not in user
+    assert len(body["system"]) <= ai.LLM_MAX_SYSTEM_CHARS + 1 + len(ai.LLM_JSON_ONLY)
+
+
 def test_a_backend_without_what_it_needs_is_not_enabled(tmp_path, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     assert "ANTHROPIC_API_KEY" in make_llm(tmp_path).problem
@@ -167,6 +184,27 @@ def test_ledger_keeps_days_and_survives_a_corrupt_file(tmp_path, key):
     usage.write_text("{not json")
     assert llm.available("titles")  # quarantined, started over
     assert llm.ask_json("titles", "s", "u") is None and llm.report()["today"]["calls"] == 1
+
+
+def test_a_failing_backend_is_paused_longer_each_time(tmp_path, key, monkeypatch):
+    clock = [1_800_000_000.0]
+    monkeypatch.setattr(ai.time, "time", lambda: clock[0])
+    with FakeAnthropic(llm=[http_error(429), http_error(429), "not json", '{"ok": 1}']) as api:
+        llm = make_llm(tmp_path, base_url=api.url, failure_pause_seconds=30, max_calls_per_capture=0)
+        assert llm.ask_json("titles", "s", "u") is None  # 429: paused 30 s
+        assert not llm.available("titles") and llm.ask_json("titles", "s", "u") is None
+        assert llm.report()["capped"] == "paused" and llm.report()["paused_until"]
+        clock[0] += 31
+        assert llm.ask_json("titles", "s", "u") is None  # 429 again: paused 60 s
+        clock[0] += 31
+        assert not llm.available("titles")
+        clock[0] += 30
+        assert llm.ask_json("titles", "s", "u") is None  # a bad answer: the backend works, no pause
+        assert llm.ask_json("titles", "s", "u") == {"ok": 1}
+        assert len(api.bodies("llm")) == 4
+    report = llm.report()
+    assert report["today"]["calls"] == 4 and report["today"]["failures"] == 3 and report["paused_until"] is None
+    assert not any("cap" in w for w in ai.llm_warnings(report, "en"))
 
 
 def test_first_json():
