@@ -5586,7 +5586,7 @@ def refined(thread):
 def llm_synthesis(llm, texts, doc, timeout):
     """The pre-compaction synthesis `doc` (build_synthesis) rewritten from the transcript by the
     model when it answers well within `timeout`; `doc` unchanged otherwise."""
-    if llm is None or not llm.enabled or not llm.available("synthesis") or timeout <= 0:
+    if not texts or llm is None or not llm.enabled or timeout <= 0 or not llm.available("synthesis"):
         return doc
     lines, size = [], 0
     for role, text in reversed(texts):  # the end of the session matters most
@@ -7165,8 +7165,9 @@ def hook_precompact(store, payload, mem):
                           clean_field(payload.get("session_id")))
     # The model may write it instead, within what the budget leaves (the heuristic one is the fallback).
     llm = mem.llm if mem is not None and mem.llm is not None else LLM(store, store.config())
-    spare = HOOKS["precompact"].budget - LLM_SYNTHESIS_SPARE - (process_age() if mem is None else 0.0)
-    doc = llm_synthesis(llm, texts, doc, spare)
+    import _signal
+    left = _signal.getitimer(_signal.ITIMER_REAL)[0] or HOOKS["precompact"].budget  # the hook's timer, if set
+    doc = llm_synthesis(llm, texts, doc, left - LLM_SYNTHESIS_SPARE)
     store.write_synthesis(doc, now)
     store.log.info("synthesis saved", decisions=len(doc["decisions"]), open=len(doc["open_questions"]))
     return ""

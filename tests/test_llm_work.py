@@ -341,7 +341,7 @@ def test_the_daemon_runs_a_due_pass_in_its_own_thread_after_its_drains(project):
 
 def anthropic_memory(project, url):
     (project / ".ai").mkdir(mode=0o700, exist_ok=True)
-    (project / ".ai" / "config.json").write_text(json.dumps({"llm": {"backend": "anthropic", "base_url": url}}))
+    (project / ".ai" / "config.json").write_text(json.dumps({"llm": {"backend": "anthropic", "base_url": url, "failure_pause_seconds": 0}}))
     mem = ai.open_memory(str(project))
     mem.llm = ai.LLM(mem.store, mem.store.config())
     return mem
@@ -387,3 +387,23 @@ def test_precompact_in_the_hook_process_asks_the_configured_backend_redacted(pro
     assert secret not in json.dumps(body)
     doc = mem.store.latest_synthesis()
     assert doc["llm_used"] and doc["next_steps"] == ["rotate the signing key"]
+
+
+def test_the_synthesis_waits_only_what_the_hooks_timer_leaves(project):
+    import signal
+    asked = []
+    (project / "t.jsonl").write_text(json.dumps({"type": "user", "message": {"role": "user", "content": "Go on."}}))
+    mem = ai.open_memory(str(project))
+    mem.llm = FakeLLM(lambda p, d: asked.append(p))
+    old = signal.signal(signal.SIGALRM, lambda *a: None)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, ai.LLM_SYNTHESIS_SPARE / 2)  # less than the spare: no call
+        ai.answer("precompact", support.precompact_payload(project=project), mem.store, mem)
+        assert asked == []
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        mem.llm.ask_json = lambda purpose, system, user, max_tokens=0, timeout=None: asked.append(timeout)
+        ai.answer("precompact", support.precompact_payload(project=project), mem.store, mem)
+        assert asked == [ai.HOOKS["precompact"].budget - ai.LLM_SYNTHESIS_SPARE]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
