@@ -5628,7 +5628,6 @@ class LLMWork:
         self.threads = {}  # thread id -> None: changed since its last look, in order
         self.borderline, self.bridges, self.outputs = [], [], []
         self.captures, self.since = 0, None  # captures noted since the last pass; first one's time
-        self.calls = 0  # calls made by this memory's passes
         self.busy = None  # the thread of the daemon's pass under way (see start)
 
     def note(self, decision, thread, msg, bridges):
@@ -5676,7 +5675,6 @@ class LLMWork:
             for purpose, prompt, items, apply in jobs:
                 if not llm.available(purpose):
                     continue
-                self.calls += 1
                 answers.append((apply, items, llm.ask_json(
                     purpose, LLM_SYSTEM + " " + prompt, json.dumps({"items": [public(i) for i in items]}, ensure_ascii=False),
                     max_tokens=LLM_MAX_TOKENS)))

@@ -407,3 +407,25 @@ def test_the_synthesis_waits_only_what_the_hooks_timer_leaves(project):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def test_bad_output_and_rule_verdicts_change_nothing(project):
+    mem = ai.open_memory(str(project))
+    mem.llm = FakeLLM()
+    mem.capture(long_output(60), source="command")
+    mid = next(iter(mem.msgs))
+    old, new = "Run the test suite with pytest before each commit", "Run the test suite with tox before each commit"
+    mem.store.update_rules(lambda rules: ai.merge_rules(rules, [old], 100.0))
+    mem.store.update_rules(lambda rules: ai.merge_rules(rules, [new], 200.0))
+    rules = mem.store.rules()
+
+    def script(purpose, data):
+        if purpose == "outputs":  # keep is not a bool; an id that was not sent
+            return {"outputs": [{"id": mid, "keep": "no", "condensed": "parser suite"}, {"id": "m-x", "keep": False}]}
+        return {"pairs": [{"id": i["id"], "replaces": "yes"} for i in data["items"]]}
+    mem.llm = FakeLLM(script)
+    mem.llm_work.outputs.append(mid)
+    mem.llm_work.run(force=True)
+    assert {c[0] for c in mem.llm.calls} == {"outputs", "rules"}
+    assert not {"dropped", "condensed", "llm_used"} & set(mem.msgs[mid])
+    assert mem.store.rules() == rules
