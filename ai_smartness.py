@@ -5636,7 +5636,10 @@ class LLMWork:
         if self.since is None:
             self.since = time.monotonic()
         self.threads[thread["id"]] = None
-        if decision.get("borderline") or decision.get("reason") == "ahead":
+        # A new thread while a candidate, active or dormant, was within the borderline band;
+        # or a thread continued only by its lead.
+        near = any(c["score"] >= self.mem.cfg["thresholds"]["borderline"] for c in decision["top"])
+        if (decision["action"] == "NEW_THREAD" and near) or decision.get("reason") == "ahead":
             self.borderline.append({"id": msg["id"], "started": decision["action"] == "NEW_THREAD",
                                     "candidates": [t["thread_id"] for t in decision["top"]]})
         self.bridges += [b["id"] for b in bridges if b["relation_type"] != "child_of" and not b["propagation_depth"]]

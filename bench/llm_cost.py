@@ -3,7 +3,7 @@
 heuristic run's retrieval figures.
 
 usage: python bench/llm_cost.py [--data FILE] [--limit-conversations N] [--embedder hash|minilm]
-                                [--budget N] [--json]
+                                [--budget N] [--answer P,P] [--json]
 
 Each LoCoMo conversation is replayed twice through the product, as bench/locomo.py does it
 (its run_product: every turn captured, then every question of categories 1-4 put to context
@@ -36,6 +36,11 @@ from fake_anthropic import LLM_MARKER, FakeAnthropic, request_text  # noqa: E402
 DEFAULT_DATA = os.path.join(os.path.dirname(BENCH), "..", "shared", "bench", "locomo_dev.json")
 # Words the stand-in takes from what it titles, summarises or condenses.
 TITLE_WORDS, SUMMARY_WORDS, TOPIC_WORDS = 6, 24, 4
+# The purposes of the batched prompts, told apart by a key of their items, and the key of
+# the list each answer holds.
+SHAPES = {"messages": "titles", "threads": "borderline", "a": "bridges", "source": "outputs", "newer": "rules"}
+PURPOSES = tuple(SHAPES.values())
+ANSWER_KEYS = {"titles": "threads", "borderline": "items", "bridges": "bridges", "outputs": "outputs", "rules": "pairs"}
 # Words (at least, and as a share of its own) a borderline message must share with a candidate
 # thread for the stand-in to pick it.
 SHARED_WORDS, SHARED_SHARE = 3, 0.0
@@ -46,14 +51,18 @@ def words(text):
     return [w for w in locomo.tokenize(re.sub(r"(?:^|(?<=\s))[A-Z]\w*:", " ", text)) if len(w) > 2]
 
 
-def stand_in(body):
+def stand_in(body, purposes=PURPOSES):
     """The stand-in model: the JSON answer to one of the product's prompts (told apart by
-    the shape of what it is sent)."""
+    the shape of what it is sent); "{}" (nothing to change) for a purpose not in `purposes`."""
     data = json.JSONDecoder().raw_decode(request_text(body).split(LLM_MARKER, 1)[-1].lstrip())[0]
     if "transcript" in data:
         return json.dumps({"decisions": [], "open_questions": [], "next_steps": [],
                            "state": " ".join(data["transcript"][-1]["text"].split()[:SUMMARY_WORDS])})
     items = data.get("items") or []
+    first = next(iter(items), {})
+    purpose = next((v for k, v in SHAPES.items() if k in first), None)
+    if purpose not in purposes:
+        return "{}"
     out = []
     for item in items:
         if "messages" in item:  # titles
@@ -76,9 +85,7 @@ def stand_in(body):
             out.append({"id": item["id"], "keep": True, "condensed": " ".join(item["text"].split()[:SUMMARY_WORDS])})
         elif "newer" in item:  # rules
             out.append({"id": item["id"], "replaces": False, "reason": "both hold"})
-    key = {"messages": "threads", "threads": "items", "a": "bridges", "source": "outputs", "newer": "pairs"}
-    first = next(iter(items), {})
-    return json.dumps({next((v for k, v in key.items() if k in first), "items"): out})
+    return json.dumps({ANSWER_KEYS[purpose]: out})
 
 
 def with_llm(ais, url, usage):
@@ -132,7 +139,10 @@ def main(argv=None):
     p.add_argument("--embedder", choices=("minilm", "hash"), default="hash")
     p.add_argument("--budget", type=int, default=locomo.BUDGET, help="context characters (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of markdown")
+    p.add_argument("--answer", default=",".join(PURPOSES), metavar="P,P",
+                   help="purposes the stand-in answers; the others get {} (default: all)")
     args = p.parse_args(argv)
+    answered = set(args.answer.split(","))
     os.environ["AI_SMARTNESS_EMBEDDER"] = args.embedder
     os.environ.setdefault("ANTHROPIC_API_KEY", "stand-in")  # the stand-in checks no key
     try:
@@ -141,7 +151,7 @@ def main(argv=None):
         runs = {}
         for name in ("heuristics", "llm"):
             results, timing, usage = [], {"question_ms": [], "search_ms": [], "capture_ms": []}, {}
-            with FakeAnthropic(llm=stand_in) as api:
+            with FakeAnthropic(llm=lambda body: stand_in(body, answered)) as api:
                 if name == "llm":
                     locomo.open_product, plain = with_llm(ais, api.url, usage), locomo.open_product
                 try:
@@ -159,12 +169,12 @@ def main(argv=None):
         print(f"llm_cost.py: error: {e}", file=sys.stderr)
         return 1
     report = {"data": os.path.abspath(args.data), "conversations": len(convs), "embedder": args.embedder,
-              "runs": runs}
+              "answered": sorted(answered), "runs": runs}
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     print(f"LLM cost on {len(convs)} LoCoMo conversations, {runs['llm']['captures']} captures, "
-          f"embedder {args.embedder}, budget {args.budget}\n")
+          f"embedder {args.embedder}, budget {args.budget}, stand-in answers {args.answer}\n")
     print("| run | calls | calls/capture | tokens | tokens/capture | failures | R@5 | R@10 | NDCG@10 | answer in ctx |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, run in runs.items():

@@ -187,15 +187,17 @@ def test_note_queues_borderline_decisions_bridges_and_long_outputs(project):
     mem = ai.open_memory(str(project))
     work = mem.llm_work
     thread = {"id": "t1"}
-    work.note({"action": "NEW_THREAD", "borderline": True, "top": [{"thread_id": "t0"}]}, thread,
+    work.note({"action": "NEW_THREAD", "top": [{"thread_id": "t0", "score": 0.2, "status": "suspended"}]}, thread,
               {"id": "m1", "source": "command", "text": "x" * ai.LLM_LONG_OUTPUT_CHARS},
               [{"id": "b1", "relation_type": "extends", "propagation_depth": 0},
                {"id": "b2", "relation_type": "extends", "propagation_depth": 1},
                {"id": "b3", "relation_type": "child_of", "propagation_depth": 0}])
-    work.note({"action": "CONTINUE", "borderline": False, "top": []}, thread, {"id": "m2", "source": "prompt",
-                                                                                "text": "y" * 5000}, [])
+    work.note({"action": "CONTINUE", "top": [{"thread_id": "t0", "score": 0.9}]}, thread,
+              {"id": "m2", "source": "prompt", "text": "y" * 5000}, [])
+    work.note({"action": "NEW_THREAD", "top": [{"thread_id": "t0", "score": 0.05}]}, thread,
+              {"id": "m3", "source": "prompt", "text": "z"}, [])
     assert work.borderline == [{"id": "m1", "started": True, "candidates": ["t0"]}]
-    assert work.bridges == ["b1"] and work.outputs == ["m1"] and work.captures == 2
+    assert work.bridges == ["b1"] and work.outputs == ["m1"] and work.captures == 3
 
 
 def test_bridges_get_the_relation_and_reason_the_model_gives(project):
