@@ -10,7 +10,7 @@ import pytest
 import ai_smartness as ai
 from fake_anthropic import (LLM_MARKER, FakeAnthropic, http_error, huge, malformed_body, overloaded,
                             request_text, slow)
-from support import log_records
+from support import log_records, wait_for
 
 SECRET = "sk-ant-api03-" + "Q7x" * 30
 
@@ -262,3 +262,17 @@ def test_the_daemon_counts_captures_and_follows_config_edits(proj, monkeypatch):
     assert hook("capture", bash_payload("llm-daemon-off", 9), proj).returncode == 0
     assert wait_for(lambda: not ai.Store(str(proj / ".ai")).inbox_pending(), timeout=60)
     assert captures() == 4  # off: the ledger is left alone
+
+
+def test_claude_cli_is_killed_when_its_caller_gives_up(tmp_path):
+    """A stand-in `claude` that never answers: killed at the timeout, its whole process group."""
+    fake = tmp_path / "claude"
+    pidfile = tmp_path / "child.pid"
+    fake.write_text("#!/bin/sh\nsleep 300 &\necho $! > '%s'\nwait\n" % pidfile)
+    fake.chmod(0o755)
+    llm = make_llm(tmp_path, "claude-cli", cli_path=str(fake), timeout_seconds=1.0)
+    assert llm.enabled and llm.ask_json("titles", "s", "u") is None
+    assert "timed out" in llm.report()["last_error"]["error"]
+    child = int(pidfile.read_text())
+    assert wait_for(lambda: not os.path.exists("/proc/%d" % child) or
+                    open("/proc/%d/stat" % child).read().rsplit(")", 1)[1].split()[0] == "Z", timeout=10)
