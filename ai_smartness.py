@@ -2507,9 +2507,11 @@ def claude_cli_call(llm, system, user, max_tokens, timeout):
         try:
             out, _ = proc.communicate(user.encode("utf-8"), timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # its whole group: the CLI may have children
-            proc.communicate()
             raise LLMFailure(f"timed out after {timeout:g} s") from None
+        finally:
+            if proc.poll() is None:  # timed out, or a hook's budget timer ended the wait
+                os.killpg(proc.pid, signal.SIGKILL)  # its whole group: the CLI may have children
+                proc.wait()
     if len(out) > LLM_MAX_ANSWER_BYTES:
         raise LLMFailure(f"answer over {LLM_MAX_ANSWER_BYTES} bytes")
     try:

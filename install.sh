@@ -570,7 +570,8 @@ llm_config() {
 
 need() { [ $# -ge 2 ] || bad "$1 needs a value"; }
 
-LLM_OPT='' LANG_OPT='' MODE_OPT='' PROJECT='' EMBED=1 DEPS_ONLY=0 SHORTCUT=0 UNINSTALL=0 PURGE=0 DRY=0
+LLM_OPT=''
+LANG_OPT='' MODE_OPT='' PROJECT='' EMBED=1 DEPS_ONLY=0 SHORTCUT=0 UNINSTALL=0 PURGE=0 DRY=0
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;

@@ -3,6 +3,7 @@ faults that must fall back (None, counted, logged), the ledger and its caps, red
 sending, and the anti-loop guards. The real `claude` CLI as a backend: test_e2e_llm.py."""
 import json
 import os
+import subprocess
 import threading
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 import ai_smartness as ai
 from fake_anthropic import (LLM_MARKER, FakeAnthropic, http_error, huge, malformed_body, overloaded,
                             request_text, slow)
-from support import log_records
+from support import log_records, wait_for
 
 SECRET = "sk-ant-api03-" + "Q7x" * 30
 
@@ -262,3 +263,44 @@ def test_the_daemon_counts_captures_and_follows_config_edits(proj, monkeypatch):
     assert hook("capture", bash_payload("llm-daemon-off", 9), proj).returncode == 0
     assert wait_for(lambda: not ai.Store(str(proj / ".ai")).inbox_pending(), timeout=60)
     assert captures() == 4  # off: the ledger is left alone
+
+
+def test_claude_cli_is_killed_when_its_caller_gives_up(tmp_path):
+    """A stand-in `claude` that never answers: killed at the timeout, its whole process group."""
+    fake = tmp_path / "claude"
+    pidfile = tmp_path / "child.pid"
+    fake.write_text("#!/bin/sh\nsleep 300 &\necho $! > '%s'\nwait\n" % pidfile)
+    fake.chmod(0o755)
+    llm = make_llm(tmp_path, "claude-cli", cli_path=str(fake), timeout_seconds=1.0)
+    assert llm.enabled and llm.ask_json("titles", "s", "u") is None
+    assert "timed out" in llm.report()["last_error"]["error"]
+    child = int(pidfile.read_text())
+    assert wait_for(lambda: not os.path.exists("/proc/%d" % child) or
+                    open("/proc/%d/stat" % child).read().rsplit(")", 1)[1].split()[0] == "Z", timeout=10)
+
+
+def test_install_sets_the_llm_switch(tmp_path):
+    """install.sh --llm: claude-cli gets the absolute path of the `claude` on PATH (a link is
+    kept as a link), none on PATH leaves it off, a re-run changes nothing, off switches back."""
+    from support import ROOT
+    project, home, bin_dir = tmp_path / "p", tmp_path / "install_home", tmp_path / "bin"
+    for d in (project, home, bin_dir):
+        d.mkdir()
+    (bin_dir / "claude").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "claude").chmod(0o755)
+
+    def install(*args, path=os.environ["PATH"]):
+        env = dict(os.environ, HOME=str(home), PATH=path, AI_SMARTNESS_HOME=str(home / "ais"))
+        done = subprocess.run(["bash", str(ROOT / "install.sh"), "--no-embeddings", *args, str(project)], env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+        config = json.loads((project / ".ai" / "config.json").read_text()) if done.returncode == 0 else None
+        return done, config
+
+    done, config = install("--llm", "claude-cli", path="/usr/bin:/bin")
+    assert "no claude command on PATH" in done.stderr and config["llm"] == {"backend": "off"}
+    done, config = install("--llm", "claude-cli", path="%s:/usr/bin:/bin" % bin_dir)
+    assert config["llm"] == {"backend": "claude-cli", "cli_path": str(bin_dir.resolve() / "claude")}, done.stdout
+    assert "llm kept" in install("--llm", "claude-cli", path="%s:/usr/bin:/bin" % bin_dir)[0].stdout
+    assert install()[1]["llm"]["backend"] == "claude-cli"  # no --llm: left as it is
+    assert install("--llm", "off")[1]["llm"]["backend"] == "off"
+    assert install("--llm", "gpt")[0].returncode == 2
