@@ -20,6 +20,12 @@ Options:
   --mode light|normal|heavy|max
                          how much work memory does per turn (default normal; asked on a terminal)
   --no-embeddings        skip the embedding stack, run hooks with the system python3 (stdlib only)
+  --llm claude-cli|anthropic|openai-compatible|off
+                         optional LLM for titles, summaries and borderline decisions (default off:
+                         nothing leaves the machine; asked on a terminal). claude-cli: your own
+                         `claude` login (its absolute path is detected); anthropic: the Messages API
+                         with $ANTHROPIC_API_KEY; openai-compatible: a local model (then set
+                         llm.base_url and llm.model in .ai/config.json). Calls are capped per day.
   --deps-only            only create or check the shared venv with the embedding stack
   --shortcut             also install an `ai` command in ~/.local/bin for this project
   --mcp                  also register the MCP server for Claude Code (PROJECT_DIR/.mcp.json) and
@@ -350,10 +356,25 @@ def act_gitignore_remove(path, tag):
     else:
         os.unlink(path)
 
+def act_llm(path, backend, cli_path):
+    """The LLM switch in config.json (its other llm keys kept); cli_path only for claude-cli."""
+    config = load(path) or {}
+    llm = dict(config.get("llm") if isinstance(config.get("llm"), dict) else {}, backend=backend)
+    if cli_path:
+        llm["cli_path"] = cli_path
+    if llm == config.get("llm"):
+        say(f"llm kept: {backend}")
+    elif DRY:
+        say(f"would set llm in {path}: {json.dumps(llm)}")
+    else:
+        write(path, dict(config, llm=llm), 0o600)
+        say(f"llm set: {backend}" + (f" ({cli_path})" if cli_path else ""))
+
 ACTIONS = {"check": act_check, "install": act_install, "uninstall": act_uninstall,
            "interpreter": act_interpreter, "config": act_config, "gitignore-remove": act_gitignore_remove}
 ACTIONS.update({"mcp-check": act_mcp_check, "mcp-install": act_mcp_install, "mcp-uninstall": act_mcp_uninstall,
                 "mcp-snippet": act_mcp_snippet})
+ACTIONS["llm"] = act_llm
 if len(sys.argv) < 2 or sys.argv[1] not in ACTIONS:
     fail(f"pyjson: unknown action {sys.argv[1:2]}; one of: {', '.join(ACTIONS)}")
 ACTIONS[sys.argv[1]](*sys.argv[2:])
@@ -590,6 +611,7 @@ do_install() {
     [ -n "$LANG_OPT" ] || ask LANG_OPT "Language (en, fr, es)" en en fr es
     [ -n "$MODE_OPT" ] || ask MODE_OPT "Mode (light, normal, heavy, max)" normal light normal heavy max
     [ -n "$IMPORT_HISTORY" ] || ask IMPORT_HISTORY "Import this project's earlier agent sessions into memory (y, n)" y y n
+    [ -n "$LLM_OPT" ] || ask LLM_OPT "LLM for titles and summaries, capped per day (off, claude-cli, anthropic, openai-compatible)" off off claude-cli anthropic openai-compatible
   fi
   if [ "$EMBED" = 1 ]; then
     ensure_deps
@@ -599,6 +621,7 @@ do_install() {
   fi
   install_files
   pyjson config "$AI_DIR/config.json" "$LANG_OPT" "$MODE_OPT"
+  [ -z "$LLM_OPT" ] || llm_config
   gitignore_add
   for a in $AGENTS_OPT; do pyjson install "$(agent_settings "$a")" "$(agent_template "$a")" "$PY" "$AI_DIR"; done
   [ "$SHORTCUT" = 0 ] || shortcut_install
@@ -663,15 +686,36 @@ do_uninstall() {
   if [ "$DRY" = 1 ]; then say "dry run: nothing was changed"; else say "uninstalled from $PROJECT"; fi
 }
 
+# The --llm choice into config.json; claude-cli with the absolute path of `claude` (hooks and the
+# daemon do not run with the user's PATH). Without one, or without a key, the LLM stays off.
+llm_config() {
+  local cli=''
+  if [ "$LLM_OPT" = claude-cli ]; then
+    cli=$(command -v claude || true)
+    if [ -z "$cli" ]; then
+      warn "--llm claude-cli: no claude command on PATH; the LLM stays off (install Claude Code, re-run)"
+      LLM_OPT=off
+    else
+      cli=$(cd "$(dirname "$cli")" && pwd -P)/$(basename "$cli")
+    fi
+  fi
+  [ "$LLM_OPT" != anthropic ] || [ -n "${ANTHROPIC_API_KEY:-}" ] \
+    || warn "--llm anthropic: set ANTHROPIC_API_KEY where Claude Code runs; until then no call is made"
+  [ "$LLM_OPT" != openai-compatible ] \
+    || say "--llm openai-compatible: set llm.base_url and llm.model in $AI_DIR/config.json"
+  pyjson llm "$AI_DIR/config.json" "$LLM_OPT" "$cli"
+}
+
 need() { [ $# -ge 2 ] || bad "$1 needs a value"; }
 
 AGENTS_OPT='' LANG_OPT='' MODE_OPT='' PROJECT='' EMBED=1 DEPS_ONLY=0 SHORTCUT=0 UNINSTALL=0 PURGE=0 DRY=0
-MCP=0 IMPORT_HISTORY=''
+MCP=0 IMPORT_HISTORY='' LLM_OPT=''
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
     --lang) need "$@"; LANG_OPT=$2; shift ;;
     --mode) need "$@"; MODE_OPT=$2; shift ;;
+    --llm) need "$@"; LLM_OPT=$2; shift ;;
     --project) need "$@"; [ -z "$PROJECT" ] || bad "only one project"; PROJECT=$2; shift ;;
     --no-embeddings) EMBED=0 ;;
     --deps-only) DEPS_ONLY=1 ;;
@@ -689,6 +733,7 @@ while [ $# -gt 0 ]; do
 done
 case $LANG_OPT in ''|en|fr|es) ;; *) bad "--lang must be en, fr or es" ;; esac
 case $MODE_OPT in ''|light|normal|heavy|max) ;; *) bad "--mode must be light, normal, heavy or max" ;; esac
+case $LLM_OPT in ''|off|claude-cli|anthropic|openai-compatible) ;; *) bad "--llm must be claude-cli, anthropic, openai-compatible or off" ;; esac
 [ "$PURGE" = 0 ] || [ "$UNINSTALL" = 1 ] || bad "--purge goes with --uninstall"
 for a in $AGENTS_OPT; do
   case $a in claude|codex|gemini) ;; *) bad "--agent must be claude, codex or gemini" ;; esac

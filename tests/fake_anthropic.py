@@ -20,17 +20,72 @@ from `text()` / `tool_use()`, a list of blocks, or None (DEFAULT_TEXT). Requests
 side requests of the CLI (titles, quota probes): they get SIDE_TEXT and never consume a step.
 A script that raises is answered with a text naming the error (not an HTTP error, which the
 CLI would retry for minutes) and the error is kept in `api.errors`.
+
+The product's own LLM calls (ai_smartness's LLM: their user message holds LLM_MARKER) are
+answered by a second script, `llm`: a list consumed one reply per call (past its end: LLM_TEXT),
+or a callable `llm(body) -> reply`. Besides a reply, a step may be a `Fault`: `http_error(429)`,
+`overloaded()`, `slow(seconds, reply)`, `malformed_body()`; `huge(n)` is a reply of n characters.
+They are recorded with kind "llm" on `/v1/messages` and "chat" on the OpenAI-compatible route
+`POST /v1/chat/completions` (answered from the same script):
+
+    with FakeAnthropic(llm=['{"title": "Auth"}', http_error(429), slow(5)]) as api:
+        ...
+        api.bodies("llm")
 """
 
 import itertools
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # What the model says when the script has nothing (more) to say.
 DEFAULT_TEXT = "Done."
 # Answer to side requests of the CLI (no tools offered): short, so nothing waits on it.
 SIDE_TEXT = "OK"
+# The first line of every user message ai_smartness's LLM sends (ai_smartness.LLM_PROMPT_MARKER),
+# and what the stand-in answers such a call when its `llm` script has nothing (more) to say.
+LLM_MARKER = "[ai_smartness internal request: not a user prompt]"
+LLM_TEXT = "{}"
+# HTTP status and error type of the API's failures.
+ERROR_TYPES = {429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+
+
+class Fault:
+    """How the stand-in answers one LLM call instead of a plain reply: an HTTP error (status,
+    error type), a reply after `delay` seconds, or a raw body that is not JSON."""
+
+    def __init__(self, status=200, error_type=None, delay=0.0, reply=None, raw=None):
+        self.status, self.error_type, self.delay, self.reply, self.raw = status, error_type, delay, reply, raw
+
+    def __repr__(self):
+        return "Fault(status=%r, delay=%r)" % (self.status, self.delay)
+
+
+def http_error(status):
+    return Fault(status, ERROR_TYPES.get(status, "api_error"))
+
+
+def overloaded():
+    return http_error(529)
+
+
+def slow(seconds, reply=None):
+    return Fault(delay=seconds, reply=reply)
+
+
+def malformed_body():
+    return Fault(raw=b'{"type": "message", "content": [{"type": "text", "text": "unterminated')
+
+
+def huge(n):
+    """A reply of about n characters that is one valid JSON value."""
+    return '{"title": "%s"}' % ("x" * max(0, n - 13))
+
+
+def is_llm_call(body):
+    """A request of ai_smartness's own LLM (its marker in a message)."""
+    return LLM_MARKER in request_text(body)
 
 
 # ==== Reply blocks and request inspection ====
@@ -154,8 +209,10 @@ class Recorded:
 class FakeAnthropic:
     """Context manager running the stand-in on 127.0.0.1 with an ephemeral port."""
 
-    def __init__(self, script=None, host="127.0.0.1"):
+    def __init__(self, script=None, host="127.0.0.1", llm=None):
         self.script = script
+        self.llm = llm
+        self._llm_calls = itertools.count()
         self.host = host
         self.requests = []   # every Recorded request, in arrival order
         self.errors = []     # exceptions raised by the script, as strings
@@ -196,9 +253,22 @@ class FakeAnthropic:
         with self._lock:
             return "%s_fake_%04d" % (prefix, next(self._ids))
 
+    def llm_reply(self, body):
+        """The `llm` script's step for this call: a reply (text) or a Fault."""
+        index = next(self._llm_calls)
+        if callable(self.llm):
+            step = self.llm(body)
+        else:
+            steps = list(self.llm or ())
+            step = steps[index] if index < len(steps) else None
+        step = step(body) if callable(step) else step
+        return LLM_TEXT if step is None else step
+
     def _answer(self, body, kind):
         """(blocks, stop_reason) for a /v1/messages body; ids filled in."""
-        if kind == "side":
+        if kind == "llm":
+            blocks = _as_blocks(body.get("_reply"))
+        elif kind == "side":
             blocks = [text(SIDE_TEXT)]
         else:
             try:
@@ -246,7 +316,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("request-id", self.api._next_id("req"))
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(data)
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # a client that gave up (timed out on a slow answer): nothing to tell it
 
     def _record(self, body, kind):
         self.api._record(Recorded(self.command, self.path, dict(self.headers.items()), body, kind))
@@ -271,9 +344,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._record(body, "count_tokens")
             self._send(200, {"input_tokens": _estimate_tokens(body.get("messages"))})
         elif route == "/v1/messages":
-            kind = "main" if body.get("tools") else "side"
+            kind = "llm" if is_llm_call(body) else "main" if body.get("tools") else "side"
             self._record(body, kind)
-            self._messages(body, kind)
+            if kind == "llm":
+                self._llm_call(body, self._messages)
+            else:
+                self._messages(body, kind)
+        elif route == "/v1/chat/completions":
+            self._record(body, "chat")
+            self._llm_call(body, self._chat)
         else:
             self._record(body, "other")
             self._not_found()
@@ -282,6 +361,30 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(404, {"type": "error", "error": {"type": "not_found_error",
                                                     "message": "fake_anthropic: no route %s %s"
                                                     % (self.command, self.path)}})
+
+    def _llm_call(self, body, send):
+        """Answer one of the product's LLM calls with its `llm` step, faults included."""
+        step = self.api.llm_reply(body)
+        fault = step if isinstance(step, Fault) else Fault(reply=step)
+        if fault.delay:
+            time.sleep(fault.delay)
+        if fault.raw is not None:
+            self._send(fault.status, fault.raw)
+        elif fault.status != 200:
+            self._send(fault.status, {"type": "error", "error": {
+                "type": fault.error_type, "message": "fake_anthropic: scripted %d" % fault.status}})
+        else:
+            send(dict(body, _reply=LLM_TEXT if fault.reply is None else fault.reply), "llm")
+
+    def _chat(self, body, kind):
+        """An OpenAI chat completion of the step's text."""
+        text = "".join(b.get("text", "") for b in _as_blocks(body.get("_reply")))
+        self._send(200, {"id": self.api._next_id("chatcmpl"), "object": "chat.completion",
+                         "model": body.get("model") or "local-fake",
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": text}}],
+                         "usage": {"prompt_tokens": _estimate_tokens(body.get("messages")),
+                                   "completion_tokens": _estimate_tokens(text)}})
 
     def _messages(self, body, kind):
         blocks, stop = self.api._answer(body, kind)

@@ -505,7 +505,7 @@ def test_install_asks_on_a_terminal_and_never_otherwise(tmp_path):
         unavailable("util-linux `script` is needed to give install.sh a terminal")
     home = tmp_path / "home"
     env = dict(os.environ, HOME=str(home), AI_SMARTNESS_EMBEDDER="hash")
-    for name, answers, imports in (("piped", None, False), ("terminal", "claude\nen\nnormal\ny\n", True)):
+    for name, answers, imports in (("piped", None, False), ("terminal", "claude\nen\nnormal\ny\noff\n", True)):
         project = (tmp_path / name).resolve()
         project.mkdir()
         claude_history(project, home)
