@@ -4170,14 +4170,6 @@ class MemoryIndex:
     def bridges_of(self, tid):
         return [self.bridges[bid] for bid in self.links.get(tid, ())]
 
-    def resolve(self, tid):
-        """The id a thread answers to now: a merged thread's id leads to the thread it went into."""
-        for _ in range(len(self.merged_into) + 1):
-            if tid in self.threads or tid not in self.merged_into:
-                return tid
-            tid = self.merged_into[tid]
-        return tid
-
     def refresh(self):
         """Pick up what other processes wrote since our generation."""
         state = self.store.state()
@@ -4426,6 +4418,37 @@ class MemoryIndex:
         """Threads to weigh a new content against: best centroids of every status."""
         return [(self.threads[tid], c) for tid, c in self.tvec.top(vec, limit) if tid in self.threads]
 
+    def query_vector(self, text):
+        """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
+        search of one prompt embed it once, and so does the drain storing it."""
+        if self.embedder is None:
+            return None
+        vec = self.cached_vector(text)
+        if vec is None:
+            try:
+                vec = self.embedder.embed([text])[0]
+            except Exception as exc:  # a broken model must not break retrieval: lexical only
+                self.store.log.error("embedding failed", error=repr(exc))
+                return None
+            self.remember_vector(text, vec)
+        return vec
+
+    def cached_vector(self, text):
+        return self._qvecs.get(text)
+
+    def remember_vector(self, text, vec):
+        # Copied, then swapped in: request threads add while the drain reads, without a lock.
+        kept = dict(self._qvecs)
+        kept.pop(text, None)
+        kept[text] = vec
+        self._qvecs = dict(list(kept.items())[-QUERY_CACHE_SIZE:])
+
+
+class ThreadPlacement:
+    """Where content goes beyond decide(), for MemoryWriter: the thread a capture's session and
+    turn point to, and the consolidation that merges a young fragment of a task into the thread
+    it clearly belongs to (moving messages, vectors, files, bridges; the merged id redirects)."""
+
     def session_thread(self, entry):
         """The thread of the latest message of this capture's session (None without one)."""
         members = self.sessions.get(entry.get("session")) if entry.get("session") else None
@@ -4459,33 +4482,118 @@ class MemoryIndex:
             return None
         return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[found]]])
 
-    def query_vector(self, text):
-        """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
-        search of one prompt embed it once, and so does the drain storing it."""
-        if self.embedder is None:
-            return None
-        vec = self.cached_vector(text)
-        if vec is None:
-            try:
-                vec = self.embedder.embed([text])[0]
-            except Exception as exc:  # a broken model must not break retrieval: lexical only
-                self.store.log.error("embedding failed", error=repr(exc))
-                return None
-            self.remember_vector(text, vec)
-        return vec
+    def thread_id_of(self, tid):
+        """The id a thread answers to now: a merged thread's id leads to the thread it went into."""
+        for _ in range(len(self.merged_into) + 1):
+            if tid in self.threads or tid not in self.merged_into:
+                return tid
+            tid = self.merged_into[tid]
+        return tid
 
-    def cached_vector(self, text):
-        return self._qvecs.get(text)
+    def _consolidate(self, touched_t, touched_b, now):
+        """Merge the fragments among and near the threads a batch changed into the thread each
+        clearly belongs to (see MERGE_*): what a note no thread matched when it came (a split
+        of one task) is undone once later notes make its place clear. Returns (the merged
+        thread ids, to delete; the bridge ids dropped)."""
+        pool = set()
+        for tid in touched_t:
+            vec = self.tvec.get(tid)
+            if vec is not None and tid in self.threads:
+                pool.add(tid)
+                pool.update(o for o, _ in self.tvec.top(vec, MERGE_NEIGHBOURS))
+        gone, dropped = [], set()
+        for tid in sorted(pool):  # ids sort in creation order: the same merges on every run
+            frag = self.threads.get(tid)
+            if frag is None or not is_fragment(frag, now):
+                continue
+            scored = self._fragment_links(frag)
+            target = merge_choice(scored)
+            if target is None or scored[0][2] < self._cohesion(frag):
+                continue
+            # Into a thread at least its size: a larger fragment that claims a smaller one
+            # waits for the smaller one's own evidence.
+            if (len(target["messages"]) < len(frag["messages"])
+                    or len(frag["messages"]) + len(target["messages"]) > MAX_THREAD_MESSAGES):
+                continue
+            dropped |= self._merge(frag, target, scored[0][0], now, touched_t, touched_b)
+            gone.append(tid)
+        return gone, dropped
 
-    def remember_vector(self, text, vec):
-        # Copied, then swapped in: request threads add while the drain reads, without a lock.
-        kept = dict(self._qvecs)
-        kept.pop(text, None)
-        kept[text] = vec
-        self._qvecs = dict(list(kept.items())[-QUERY_CACHE_SIZE:])
+    def _fragment_links(self, frag):
+        """[(affinity, thread)] of the threads near a fragment, best first: the mean over its
+        messages of the closest message each thread has among their MERGE_LINKS nearest (a
+        thread's centroid blurs the task a short note shares with one message there), blended
+        with the topic sets and files as thread_affinity() does."""
+        own = {m["id"] for m in frag["messages"]}
+        total, n = {}, 0
+        for msg in frag["messages"]:
+            vec = self.mvec.get(msg["id"])
+            if vec is None:
+                continue
+            n += 1
+            best = {}
+            for mid, cos in self.mvec.top(vec, MERGE_LINKS + len(own)):
+                tid = self.thread_rows.keys[self.row_thread[self.rows.of[mid]]]
+                if mid not in own and tid not in best:
+                    best[tid] = cos  # best first
+            for tid in set(total) | set(best):  # a thread none of its nearest are in: 0
+                total[tid] = min(total.get(tid, 1.0 if n == 1 else 0.0), best.get(tid, 0.0))
+        return sorted(((thread_affinity(cos, frag, self.threads[tid]), self.threads[tid], cos)
+                       for tid, cos in total.items() if tid in self.threads), key=lambda x: -x[0])
+
+    def _cohesion(self, frag):
+        """The mean over a fragment's messages of the cosine of the closest other one there (0
+        for a single message): a fragment closer to itself than to any thread is a start."""
+        vecs = [v for v in (self.mvec.get(m["id"]) for m in frag["messages"]) if v is not None]
+        if len(vecs) < 2:
+            return 0.0
+        return sum(max(dot(a, b) for j, b in enumerate(vecs) if j != i) for i, a in enumerate(vecs)) / len(vecs)
+
+    def _merge(self, src, dst, score, now, touched_t, touched_b):
+        """Move thread `src` into `dst` in every table: messages and their rows, the centroid,
+        child and parent links, bridges (re-ended at dst; one to dst itself or doubling one of
+        dst's is dropped), and the redirect of src's id. Returns the bridge ids dropped."""
+        sid, did = src["id"], dst["id"]
+        n_src, n_dst = len(src["messages"]), len(dst["messages"])
+        cs, cd = self.tvec.get(sid), self.tvec.get(did)
+        if cs is not None and cd is not None:
+            self.tvec[did] = unit([(a * n_dst + b * n_src) / (n_dst + n_src) for a, b in zip(cd, cs)])
+        dno = self.thread_rows.of[did]
+        for msg in src["messages"]:
+            self.row_thread[self.rows.of[msg["id"]]] = dno
+        merge_records(dst, src, score, now)
+        for cid in src.get("child_ids") or ():
+            if cid in self.threads and cid != did:
+                self.threads[cid]["parent_id"] = did
+                dst.setdefault("child_ids", []).append(cid)
+                touched_t.add(cid)
+        dropped = set()
+        linked = {b["source_id"] if b["target_id"] == did else b["target_id"] for b in self.bridges_of(did)}
+        for bridge in self.bridges_of(sid):
+            other = bridge["target_id"] if bridge["source_id"] == sid else bridge["source_id"]
+            if other == did or other in linked:
+                self._drop_bridge(bridge["id"])
+                dropped.add(bridge["id"])
+                continue
+            end = "source_id" if bridge["source_id"] == sid else "target_id"
+            self._add_bridge(dict(bridge, **{end: did}))
+            touched_b.add(bridge["id"])
+            linked.add(other)
+        self.threads.pop(sid)
+        self.tvec.pop(sid, None)
+        self._digest.pop(sid, None)
+        self._digest.pop(did, None)
+        self.thread_rows.discard(sid)
+        for old in dst["merged"]:
+            self.merged_into[old["id"]] = did
+        touched_t.discard(sid)
+        touched_t.add(did)
+        self._decision_log.append(("info", "merge", {"thread": sid, "into": did, "score": round(score, 4),
+                                                      "messages": n_src}))
+        return dropped
 
 
-class MemoryWriter(MemoryIndex):
+class MemoryWriter(ThreadPlacement, MemoryIndex):
     """Everything that changes the store, under the db lock: the capture journal drained into
     threads (decisions, bridges, lifecycle), records saved with a new generation, the digest
     for hooks without the daemon, status changes, forgetting, re-embedding."""
@@ -4823,108 +4931,6 @@ class MemoryWriter(MemoryIndex):
         for bid in drop:
             self._drop_bridge(bid)
         return drop
-
-    def _consolidate(self, touched_t, touched_b, now):
-        """Merge the fragments among and near the threads a batch changed into the thread each
-        clearly belongs to (see MERGE_*): what a note no thread matched when it came (a split
-        of one task) is undone once later notes make its place clear. Returns (the merged
-        thread ids, to delete; the bridge ids dropped)."""
-        pool = set()
-        for tid in touched_t:
-            vec = self.tvec.get(tid)
-            if vec is not None and tid in self.threads:
-                pool.add(tid)
-                pool.update(o for o, _ in self.tvec.top(vec, MERGE_NEIGHBOURS))
-        gone, dropped = [], set()
-        for tid in sorted(pool):  # ids sort in creation order: the same merges on every run
-            frag = self.threads.get(tid)
-            if frag is None or not is_fragment(frag, now):
-                continue
-            scored = self._fragment_links(frag)
-            target = merge_choice(scored)
-            if target is None or scored[0][2] < self._cohesion(frag):
-                continue
-            # Into a thread at least its size: a larger fragment that claims a smaller one
-            # waits for the smaller one's own evidence.
-            if (len(target["messages"]) < len(frag["messages"])
-                    or len(frag["messages"]) + len(target["messages"]) > MAX_THREAD_MESSAGES):
-                continue
-            dropped |= self._merge(frag, target, scored[0][0], now, touched_t, touched_b)
-            gone.append(tid)
-        return gone, dropped
-
-    def _fragment_links(self, frag):
-        """[(affinity, thread)] of the threads near a fragment, best first: the mean over its
-        messages of the closest message each thread has among their MERGE_LINKS nearest (a
-        thread's centroid blurs the task a short note shares with one message there), blended
-        with the topic sets and files as thread_affinity() does."""
-        own = {m["id"] for m in frag["messages"]}
-        total, n = {}, 0
-        for msg in frag["messages"]:
-            vec = self.mvec.get(msg["id"])
-            if vec is None:
-                continue
-            n += 1
-            best = {}
-            for mid, cos in self.mvec.top(vec, MERGE_LINKS + len(own)):
-                tid = self.thread_rows.keys[self.row_thread[self.rows.of[mid]]]
-                if mid not in own and tid not in best:
-                    best[tid] = cos  # best first
-            for tid in set(total) | set(best):  # a thread none of its nearest are in: 0
-                total[tid] = min(total.get(tid, 1.0 if n == 1 else 0.0), best.get(tid, 0.0))
-        return sorted(((thread_affinity(cos, frag, self.threads[tid]), self.threads[tid], cos)
-                       for tid, cos in total.items() if tid in self.threads), key=lambda x: -x[0])
-
-    def _cohesion(self, frag):
-        """The mean over a fragment's messages of the cosine of the closest other one there (0
-        for a single message): a fragment closer to itself than to any thread is a start."""
-        vecs = [v for v in (self.mvec.get(m["id"]) for m in frag["messages"]) if v is not None]
-        if len(vecs) < 2:
-            return 0.0
-        return sum(max(dot(a, b) for j, b in enumerate(vecs) if j != i) for i, a in enumerate(vecs)) / len(vecs)
-
-    def _merge(self, src, dst, score, now, touched_t, touched_b):
-        """Move thread `src` into `dst` in every table: messages and their rows, the centroid,
-        child and parent links, bridges (re-ended at dst; one to dst itself or doubling one of
-        dst's is dropped), and the redirect of src's id. Returns the bridge ids dropped."""
-        sid, did = src["id"], dst["id"]
-        n_src, n_dst = len(src["messages"]), len(dst["messages"])
-        cs, cd = self.tvec.get(sid), self.tvec.get(did)
-        if cs is not None and cd is not None:
-            self.tvec[did] = unit([(a * n_dst + b * n_src) / (n_dst + n_src) for a, b in zip(cd, cs)])
-        dno = self.thread_rows.of[did]
-        for msg in src["messages"]:
-            self.row_thread[self.rows.of[msg["id"]]] = dno
-        merge_records(dst, src, score, now)
-        for cid in src.get("child_ids") or ():
-            if cid in self.threads and cid != did:
-                self.threads[cid]["parent_id"] = did
-                dst.setdefault("child_ids", []).append(cid)
-                touched_t.add(cid)
-        dropped = set()
-        linked = {b["source_id"] if b["target_id"] == did else b["target_id"] for b in self.bridges_of(did)}
-        for bridge in self.bridges_of(sid):
-            other = bridge["target_id"] if bridge["source_id"] == sid else bridge["source_id"]
-            if other == did or other in linked:
-                self._drop_bridge(bridge["id"])
-                dropped.add(bridge["id"])
-                continue
-            end = "source_id" if bridge["source_id"] == sid else "target_id"
-            self._add_bridge(dict(bridge, **{end: did}))
-            touched_b.add(bridge["id"])
-            linked.add(other)
-        self.threads.pop(sid)
-        self.tvec.pop(sid, None)
-        self._digest.pop(sid, None)
-        self._digest.pop(did, None)
-        self.thread_rows.discard(sid)
-        for old in dst["merged"]:
-            self.merged_into[old["id"]] = did
-        touched_t.discard(sid)
-        touched_t.add(did)
-        self._decision_log.append(("info", "merge", {"thread": sid, "into": did, "score": round(score, 4),
-                                                      "messages": n_src}))
-        return dropped
 
     def add_rules(self, texts, now, source=None):
         return add_rules_to_store(self.store, texts, now, source)
@@ -6888,6 +6894,7 @@ def do_threads(cli, args):
 def do_thread(cli, args):
     mem = cli.mem()
     mem.ensure_loaded()
+    args.id = mem.thread_id_of(args.id)  # a merged thread's id shows the thread it went into
     if args.id not in mem.threads:
         raise NotFound(tr("not_found", cli.lang, what=args.id))
     t = mem.threads[args.id]
