@@ -187,12 +187,14 @@ SHORT_PROMPT_TOPICS, TURN_LOOKBACK = 2, 200
 # Related threads a capture may bridge to.
 BRIDGE_CANDIDATES = 5
 # -- consolidation: a fragment of a task merged into the thread it clearly belongs to --
-# A thread of at most MERGE_MAX_MESSAGES messages, created less than MERGE_YOUNG_SECONDS before
-# the newest content, is a fragment (a note no thread matched clearly when it came). It is
-# merged into the active thread its centroid and topics are closest to when that similarity is
-# at least MERGE_FLOOR and MERGE_LEAD ahead of the mean of the next two threads; shared files
-# add MERGE_FILE_WEIGHT times the share of the smaller file set. MERGE_NEIGHBOURS threads near
-# each changed thread are looked at (a thread that grows can come to claim an older fragment).
+# A thread of notes (no session) of at most MERGE_MAX_MESSAGES messages, created less than
+# MERGE_YOUNG_SECONDS before the newest content, is a fragment: a note no thread matched clearly
+# when it came. Each of its messages is linked to the threads of its MERGE_LINKS nearest
+# messages (the closest one there); a thread's link is the weakest over the fragment's messages,
+# plus MERGE_FILE_WEIGHT times the share of files they share. The fragment goes into the best
+# thread (active, not smaller than it) when that link is at least MERGE_FLOOR, MERGE_LEAD ahead
+# of the mean of the next two threads, and no weaker than the fragment holds together. The
+# fragments among and near (MERGE_NEIGHBOURS centroids) the threads a batch changed are looked at.
 MERGE_MAX_MESSAGES, MERGE_YOUNG_SECONDS = 4, 86400.0
 MERGE_FLOOR, MERGE_LEAD, MERGE_FILE_WEIGHT, MERGE_NEIGHBOURS = 0.30, 0.10, 0.3, 8
 MERGE_LINKS = 20
@@ -2401,10 +2403,13 @@ def thread_affinity(link, a, b):
 
 
 def is_fragment(thread, now):
-    """A young small thread that no sub-task made (see MERGE_MAX_MESSAGES)."""
+    """A young small thread of notes that no sub-task made (see MERGE_MAX_MESSAGES). Messages of
+    a session are placed with its turns (a tool result follows its prompt, a short prompt the
+    session's current thread): a thread a session's prompt started is that session's choice."""
     return (thread["status"] == "active" and not thread.get("parent_id")
             and len(thread["messages"]) <= MERGE_MAX_MESSAGES
-            and now - ts_of(thread, "created_at") <= MERGE_YOUNG_SECONDS)
+            and now - ts_of(thread, "created_at") <= MERGE_YOUNG_SECONDS
+            and not any(m.get("session") for m in thread["messages"]))
 
 
 def merge_choice(scored):
@@ -4520,10 +4525,10 @@ class ThreadPlacement:
         return gone, dropped
 
     def _fragment_links(self, frag):
-        """[(affinity, thread)] of the threads near a fragment, best first: the mean over its
-        messages of the closest message each thread has among their MERGE_LINKS nearest (a
-        thread's centroid blurs the task a short note shares with one message there), blended
-        with the topic sets and files as thread_affinity() does."""
+        """[(affinity, thread, link)] of the threads near a fragment, best first. A thread's
+        link is the weakest over the fragment's messages of the closest message it has among
+        their MERGE_LINKS nearest (0 without one): every message must belong there, and a
+        thread's centroid would blur the task a short note shares with one message there."""
         own = {m["id"] for m in frag["messages"]}
         total, n = {}, 0
         for msg in frag["messages"]:
@@ -4536,7 +4541,7 @@ class ThreadPlacement:
                 tid = self.thread_rows.keys[self.row_thread[self.rows.of[mid]]]
                 if mid not in own and tid not in best:
                     best[tid] = cos  # best first
-            for tid in set(total) | set(best):  # a thread none of its nearest are in: 0
+            for tid in list(total) + [t for t in best if t not in total]:  # none near: 0
                 total[tid] = min(total.get(tid, 1.0 if n == 1 else 0.0), best.get(tid, 0.0))
         return sorted(((thread_affinity(cos, frag, self.threads[tid]), self.threads[tid], cos)
                        for tid, cos in total.items() if tid in self.threads), key=lambda x: -x[0])
@@ -5262,11 +5267,14 @@ def render_recall(query, threads, messages, related, reactivated, now, lang, hal
 
 
 def render_thread(thread, related, now, lang, half_life_days):
-    """The view of one thread: its header, summary, last 15 messages and related threads."""
+    """The view of one thread: its header, summary, last 15 messages, related threads and the
+    threads merged into it."""
     lines = [render_thread_header(thread, now, lang, half_life_days),
              "  " + tr("recall_summary", lang, summary=thread.get("summary", ""))]
     lines += ["  - " + shorten(item_line(m, lang), 600) for m in thread["messages"][-15:]]
     lines += ["  ~ " + render_related(rel, lang) for rel in related[:8]]
+    lines += ["  + " + tr("thread_merged", lang, title=m.get("title", m["id"]), id=m["id"], n=m.get("messages", 0),
+                          date=format_date(ts_of(m, "at"), lang)) for m in thread.get("merged") or ()]
     return "\n".join(lines)
 
 

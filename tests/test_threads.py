@@ -189,6 +189,10 @@ def test_a_merge_moves_every_message_and_the_old_id_redirects(project):
     # Retrieval finds the moved message in its new thread.
     hits = again.search("invoice spreadsheet", 3)
     assert hits and hits[0]["thread_id"] == new
+    # The thread's history shows the merge, and its old id shows the thread it went into.
+    assert old in again.thread_view(new)
+    from conftest import cli_json
+    assert cli_json("thread", old, project=project, env={"AI_SMARTNESS_EMBEDDER": "fake"})["id"] == new
 
 
 def test_a_merge_cut_short_before_the_old_file_went_keeps_each_message_once(project):
