@@ -2394,7 +2394,7 @@ def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None
 
 def thread_affinity(link, a, b):
     """How much two threads are one work-stream: `link` (the cosine of their closest messages,
-    see MemoryWriter._fragment_links) plus the share of the smaller file set they share. No
+    see ThreadPlacement._fragment_links) plus the share of the smaller file set they share. No
     topic bonus: topics are words of the same messages, and one shared word counted twice is
     how a hashing embedder glues two tasks."""
     fa, fb = a.get("files") or {}, b.get("files") or {}
