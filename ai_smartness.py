@@ -204,6 +204,18 @@ CANDIDATE_THREADS = 40
 SHORT_PROMPT_TOPICS, TURN_LOOKBACK = 2, 200
 # Related threads a capture may bridge to.
 BRIDGE_CANDIDATES = 5
+# -- consolidation: a fragment of a task merged into the thread it clearly belongs to --
+# A thread of notes (no session) of at most MERGE_MAX_MESSAGES messages, created less than
+# MERGE_YOUNG_SECONDS before the newest content, is a fragment: a note no thread matched clearly
+# when it came. Each of its messages is linked to the threads of its MERGE_LINKS nearest
+# messages (the closest one there); a thread's link is the weakest over the fragment's messages,
+# plus MERGE_FILE_WEIGHT times the share of files they share. The fragment goes into the best
+# thread (active, not smaller than it) when that link is at least MERGE_FLOOR, MERGE_LEAD ahead
+# of the mean of the next two threads, and no weaker than the fragment holds together. The
+# fragments among and near (MERGE_NEIGHBOURS centroids) the threads a batch changed are looked at.
+MERGE_MAX_MESSAGES, MERGE_YOUNG_SECONDS = 4, 86400.0
+MERGE_FLOOR, MERGE_LEAD, MERGE_FILE_WEIGHT, MERGE_NEIGHBOURS = 0.30, 0.10, 0.3, 8
+MERGE_LINKS = 20
 # Large stores: threads (by centroid and by best lexical match) whose messages get a dense score.
 DENSE_POOL_THREADS = 200
 # Messages ranked by base score before thread signals and fusion.
@@ -1100,6 +1112,9 @@ def check_thread(rec):
             raise CorruptRecord(f"thread {rec['id']}: bad {key}")
     if rec.get("parent_id") is not None and not valid_id(rec["parent_id"]):
         raise CorruptRecord(f"thread {rec['id']}: bad parent_id")
+    merged = rec.get("merged", [])  # the threads merged into this one (see merge_records)
+    if not (isinstance(merged, list) and all(isinstance(m, dict) and valid_id(m.get("id")) for m in merged)):
+        raise CorruptRecord(f"thread {rec['id']}: bad merged")
     for msg in rec["messages"]:
         if not (isinstance(msg, dict) and isinstance(msg.get("id"), str) and msg["id"]
                 and isinstance(msg.get("text"), str) and valid_ts(msg.get("ts")) is not None
@@ -2875,6 +2890,74 @@ def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None
         return dict(out, action="CONTINUE", thread_id=best_active[2]["id"], score=active_score, reason="ahead")
     return dict(out, action="NEW_THREAD", score=active_score,
                 borderline=bool(best_active) and active_score >= th["borderline"])
+
+
+def thread_affinity(link, a, b):
+    """How much two threads are one work-stream: `link` (the cosine of their closest messages,
+    see ThreadPlacement._fragment_links) plus the share of the smaller file set they share. No
+    topic bonus: topics are words of the same messages, and one shared word counted twice is
+    how a hashing embedder glues two tasks."""
+    fa, fb = a.get("files") or {}, b.get("files") or {}
+    shared = len(fa.keys() & fb.keys()) / min(len(fa), len(fb)) if fa and fb else 0.0
+    return min(1.0, link + MERGE_FILE_WEIGHT * shared)
+
+
+def is_fragment(thread, now):
+    """A young small thread of notes that no sub-task made (see MERGE_MAX_MESSAGES). Messages of
+    a session are placed with its turns (a tool result follows its prompt, a short prompt the
+    session's current thread): a thread a session's prompt started is that session's choice."""
+    return (thread["status"] == "active" and not thread.get("parent_id")
+            and len(thread["messages"]) <= MERGE_MAX_MESSAGES
+            and now - ts_of(thread, "created_at") <= MERGE_YOUNG_SECONDS
+            and not any(m.get("session") for m in thread["messages"]))
+
+
+def merge_choice(scored):
+    """scored: [(affinity, thread, ...)] of a fragment's neighbours (every status), best first. The
+    active thread it clearly belongs to (at MERGE_FLOOR, MERGE_LEAD ahead of the next two), or
+    None: two close candidates say nothing about which one it is."""
+    if not scored or scored[0][0] < MERGE_FLOOR or scored[0][1]["status"] != "active":
+        return None
+    others = [s[0] for s in scored[1:3]]
+    lead = scored[0][0] - (sum(others) / len(others) if others else 0.0)
+    return scored[0][1] if lead >= MERGE_LEAD else None
+
+
+def merge_records(dst, src, score, now):
+    """Fold thread `src` into `dst` (plain data; the caller moves vectors, rows and bridges):
+    messages in capture order, topic tallies, files, the better title, a summary from the start
+    and the latest conclusion, and the merge kept in dst["merged"] (the id answers for dst)."""
+    msgs = sorted(dst["messages"] + src["messages"], key=lambda m: m["id"])  # ids sort in capture order
+    counts = dict(dst.get("topic_counts") or {})
+    for topic, n in (src.get("topic_counts") or {}).items():
+        counts[topic] = round(counts.get(topic, 0) + n, 3)
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    dst["topic_counts"] = dict(ranked[:TALLY_KEPT]) if len(counts) > TALLY_MAX else counts
+    dst["topics"] = [t for t, _ in ranked[:TOPICS_SHOWN]]
+    files = dict(dst.get("files") or {})
+    for path, rec in (src.get("files") or {}).items():
+        mine = files.get(path)
+        files[path] = dict(rec) if mine is None else dict(max(mine, rec, key=lambda r: r.get("at", "")),
+                                                         n=mine.get("n", 0) + rec.get("n", 0))
+    if files:
+        dst["files"] = files
+        note_thread_files(dst, {"files": [], "ts": iso(now)})  # keeps the THREAD_FILES newest
+    if src.get("title_from") == "prompt" and dst.get("title_from") != "prompt":
+        dst["title"], dst["title_from"] = src["title"], "prompt"
+    start = next((m for m in msgs if m.get("source") == "prompt"), msgs[0])
+    said = [m for m in msgs if m is not start and m.get("source") in SAID_SOURCES]
+    latest = said[-1] if said else (msgs[-1] if msgs[-1] is not start else None)
+    dst["summary"] = shorten(start["text"], SUMMARY_FIRST_CHARS) + (
+        " … " + EXTRACTOR.extract(latest["text"])["summary"][:SUMMARY_LATEST_CHARS] if latest else "")
+    for key, pick in (("last_active", max), ("created_at", min), ("said_at", max)):
+        values = [t[key] for t in (dst, src) if t.get(key)]
+        if values:
+            dst[key] = pick(values)
+    dst["weight"] = max(float(dst.get("weight", 0.5)), float(src.get("weight", 0.5)))
+    dst["messages"] = msgs
+    dst["merged"] = list(dst.get("merged") or []) + list(src.get("merged") or []) + [
+        {"id": src["id"], "title": src["title"], "messages": len(src["messages"]), "at": iso(now),
+         "score": round(score, 4)}]
 
 
 def suspension_victims(active, limit, keep_ids, relatedness, now, half_life_days):
@@ -4861,6 +4944,7 @@ class MemoryIndex:
         self._digest = {}  # thread id -> its encoded entry of db/index.json, until it changes
         self._hot = None
         self._files = None  # the FileTable, built when first needed (see file_table)
+        self.merged_into = {}  # id of a thread merged into another -> that thread's id
 
     def load(self):
         self._reset()
@@ -4989,8 +5073,13 @@ class MemoryIndex:
     def _index_thread(self, thread, link=True):
         self._files = None
         tid = self._shared.setdefault(thread["id"], thread["id"])
+        if tid in self.merged_into:  # a merge cut short before its source file was deleted
+            return
         if tid in self.threads:  # the same id in two files: the last one read wins
             self._unindex_thread(tid)
+        for old in thread.get("merged") or ():
+            self.merged_into[old["id"]] = tid
+            self._unindex_thread(old["id"])  # read before the thread it went into: that one has it
         emb = thread.pop("embedding", None)
         model_id = self.embedder.id if self.embedder else None
         current = thread.get("embedding_model") == model_id
@@ -5161,6 +5250,37 @@ class MemoryIndex:
         """Threads to weigh a new content against: best centroids of every status."""
         return [(self.threads[tid], c) for tid, c in self.tvec.top(vec, limit) if tid in self.threads]
 
+    def query_vector(self, text):
+        """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
+        search of one prompt embed it once, and so does the drain storing it."""
+        if self.embedder is None:
+            return None
+        vec = self.cached_vector(text)
+        if vec is None:
+            try:
+                vec = self.embedder.embed([text])[0]
+            except Exception as exc:  # a broken model must not break retrieval: lexical only
+                self.store.log.error("embedding failed", error=repr(exc))
+                return None
+            self.remember_vector(text, vec)
+        return vec
+
+    def cached_vector(self, text):
+        return self._qvecs.get(text)
+
+    def remember_vector(self, text, vec):
+        # Copied, then swapped in: request threads add while the drain reads, without a lock.
+        kept = dict(self._qvecs)
+        kept.pop(text, None)
+        kept[text] = vec
+        self._qvecs = dict(list(kept.items())[-QUERY_CACHE_SIZE:])
+
+
+class ThreadPlacement:
+    """Where content goes beyond decide(), for MemoryWriter: the thread a capture's session and
+    turn point to, and the consolidation that merges a young fragment of a task into the thread
+    it clearly belongs to (moving messages, vectors, files, bridges; the merged id redirects)."""
+
     def session_thread(self, entry):
         """The thread of the latest message of this capture's session (None without one)."""
         members = self.sessions.get(entry.get("session")) if entry.get("session") else None
@@ -5194,30 +5314,115 @@ class MemoryIndex:
             return None
         return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[found]]])
 
-    def query_vector(self, text):
-        """The embedding of a query, kept for the next QUERY_CACHE_SIZE queries: context and
-        search of one prompt embed it once, and so does the drain storing it."""
-        if self.embedder is None:
-            return None
-        vec = self.cached_vector(text)
-        if vec is None:
-            try:
-                vec = self.embedder.embed([text])[0]
-            except Exception as exc:  # a broken model must not break retrieval: lexical only
-                self.store.log.error("embedding failed", error=repr(exc))
-                return None
-            self.remember_vector(text, vec)
-        return vec
+    def thread_id_of(self, tid):
+        """The id a thread answers to now: a merged thread's id leads to the thread it went into."""
+        for _ in range(len(self.merged_into) + 1):
+            if tid in self.threads or tid not in self.merged_into:
+                return tid
+            tid = self.merged_into[tid]
+        return tid
 
-    def cached_vector(self, text):
-        return self._qvecs.get(text)
+    def _consolidate(self, touched_t, touched_b, now):
+        """Merge the fragments among and near the threads a batch changed into the thread each
+        clearly belongs to (see MERGE_*): what a note no thread matched when it came (a split
+        of one task) is undone once later notes make its place clear. Returns (the merged
+        thread ids, to delete; the bridge ids dropped)."""
+        pool = set()
+        for tid in touched_t:
+            vec = self.tvec.get(tid)
+            if vec is not None and tid in self.threads:
+                pool.add(tid)
+                pool.update(o for o, _ in self.tvec.top(vec, MERGE_NEIGHBOURS))
+        gone, dropped = [], set()
+        for tid in sorted(pool):  # ids sort in creation order: the same merges on every run
+            frag = self.threads.get(tid)
+            if frag is None or not is_fragment(frag, now):
+                continue
+            scored = self._fragment_links(frag)
+            target = merge_choice(scored)
+            if target is None or scored[0][2] < self._cohesion(frag):
+                continue
+            # Into a thread at least its size: a larger fragment that claims a smaller one
+            # waits for the smaller one's own evidence.
+            if (len(target["messages"]) < len(frag["messages"])
+                    or len(frag["messages"]) + len(target["messages"]) > MAX_THREAD_MESSAGES):
+                continue
+            dropped |= self._merge(frag, target, scored[0][0], now, touched_t, touched_b)
+            gone.append(tid)
+        return gone, dropped
 
-    def remember_vector(self, text, vec):
-        # Copied, then swapped in: request threads add while the drain reads, without a lock.
-        kept = dict(self._qvecs)
-        kept.pop(text, None)
-        kept[text] = vec
-        self._qvecs = dict(list(kept.items())[-QUERY_CACHE_SIZE:])
+    def _fragment_links(self, frag):
+        """[(affinity, thread, link)] of the threads near a fragment, best first. A thread's
+        link is the weakest over the fragment's messages of the closest message it has among
+        their MERGE_LINKS nearest (0 without one): every message must belong there, and a
+        thread's centroid would blur the task a short note shares with one message there."""
+        own = {m["id"] for m in frag["messages"]}
+        total, n = {}, 0
+        for msg in frag["messages"]:
+            vec = self.mvec.get(msg["id"])
+            if vec is None:
+                continue
+            n += 1
+            best = {}
+            for mid, cos in self.mvec.top(vec, MERGE_LINKS + len(own)):
+                tid = self.thread_rows.keys[self.row_thread[self.rows.of[mid]]]
+                if mid not in own and tid not in best:
+                    best[tid] = cos  # best first
+            for tid in list(total) + [t for t in best if t not in total]:  # none near: 0
+                total[tid] = min(total.get(tid, 1.0 if n == 1 else 0.0), best.get(tid, 0.0))
+        return sorted(((thread_affinity(cos, frag, self.threads[tid]), self.threads[tid], cos)
+                       for tid, cos in total.items() if tid in self.threads), key=lambda x: -x[0])
+
+    def _cohesion(self, frag):
+        """The mean over a fragment's messages of the cosine of the closest other one there (0
+        for a single message): a fragment closer to itself than to any thread is a start."""
+        vecs = [v for v in (self.mvec.get(m["id"]) for m in frag["messages"]) if v is not None]
+        if len(vecs) < 2:
+            return 0.0
+        return sum(max(dot(a, b) for j, b in enumerate(vecs) if j != i) for i, a in enumerate(vecs)) / len(vecs)
+
+    def _merge(self, src, dst, score, now, touched_t, touched_b):
+        """Move thread `src` into `dst` in every table: messages and their rows, the centroid,
+        child and parent links, bridges (re-ended at dst; one to dst itself or doubling one of
+        dst's is dropped), and the redirect of src's id. Returns the bridge ids dropped."""
+        sid, did = src["id"], dst["id"]
+        n_src, n_dst = len(src["messages"]), len(dst["messages"])
+        cs, cd = self.tvec.get(sid), self.tvec.get(did)
+        if cs is not None and cd is not None:
+            self.tvec[did] = unit([(a * n_dst + b * n_src) / (n_dst + n_src) for a, b in zip(cd, cs)])
+        dno = self.thread_rows.of[did]
+        for msg in src["messages"]:
+            self.row_thread[self.rows.of[msg["id"]]] = dno
+        merge_records(dst, src, score, now)
+        for cid in src.get("child_ids") or ():
+            if cid in self.threads and cid != did:
+                self.threads[cid]["parent_id"] = did
+                dst.setdefault("child_ids", []).append(cid)
+                touched_t.add(cid)
+        dropped = set()
+        linked = {b["source_id"] if b["target_id"] == did else b["target_id"] for b in self.bridges_of(did)}
+        for bridge in self.bridges_of(sid):
+            other = bridge["target_id"] if bridge["source_id"] == sid else bridge["source_id"]
+            if other == did or other in linked:
+                self._drop_bridge(bridge["id"])
+                dropped.add(bridge["id"])
+                continue
+            end = "source_id" if bridge["source_id"] == sid else "target_id"
+            self._add_bridge(dict(bridge, **{end: did}))
+            touched_b.add(bridge["id"])
+            linked.add(other)
+        self.threads.pop(sid)
+        self.tvec.pop(sid, None)
+        self._digest.pop(sid, None)
+        self._digest.pop(did, None)
+        self.thread_rows.discard(sid)
+        for old in dst["merged"]:
+            self.merged_into[old["id"]] = did
+        touched_t.discard(sid)
+        touched_t.add(did)
+        self._decision_log.append(("info", "merge", {"thread": sid, "into": did, "score": round(score, 4),
+                                                      "messages": n_src}))
+        return dropped
 
 
 class CaptureKeys(MemoryIndex):
@@ -5240,7 +5445,7 @@ class CaptureKeys(MemoryIndex):
         super()._unindex_thread(tid)
 
 
-class MemoryWriter(CaptureKeys):
+class MemoryWriter(ThreadPlacement, CaptureKeys):
     """Everything that changes the store, under the db lock: the capture journal drained into
     threads (decisions, bridges, lifecycle), records saved with a new generation, the digest
     for hooks without the daemon, status changes, forgetting, re-embedding."""
@@ -5412,8 +5617,9 @@ class MemoryWriter(CaptureKeys):
                 paused = True
                 break
         # Idleness is measured against the newest content, so imported history ages by its own clock.
-        dropped_b = self._maintain(touched_t, self.clock() if newest is None else newest)
-        self.save(touched_t, touched_b - dropped_b, dropped_b)
+        merged, dropped_m = self._consolidate(touched_t, touched_b, self.clock() if newest is None else newest)
+        dropped_b = self._maintain(touched_t, self.clock() if newest is None else newest) | dropped_m
+        self.save(touched_t, touched_b - dropped_b, dropped_b, merged)
         for path in done:
             Store._unlink(path)
         self.store.log.write_many(self._decision_log)
@@ -5916,11 +6122,14 @@ def render_recall(query, threads, messages, related, reactivated, now, lang, hal
 
 
 def render_thread(thread, related, now, lang, half_life_days):
-    """The view of one thread: its header, summary, last 15 messages and related threads."""
+    """The view of one thread: its header, summary, last 15 messages, related threads and the
+    threads merged into it."""
     lines = [render_thread_header(thread, now, lang, half_life_days),
              "  " + tr("recall_summary", lang, summary=thread.get("summary", ""))]
     lines += ["  - " + agent_tag(m) + shorten(item_line(m, lang), 600) for m in thread["messages"][-15:]]
     lines += ["  ~ " + render_related(rel, lang) for rel in related[:8]]
+    lines += ["  + " + tr("thread_merged", lang, title=m.get("title", m["id"]), id=m["id"], n=m.get("messages", 0),
+                          date=format_date(ts_of(m, "at"), lang)) for m in thread.get("merged") or ()]
     return "\n".join(lines)
 
 
@@ -8700,6 +8909,7 @@ def do_threads(cli, args):
 def do_thread(cli, args):
     mem = cli.mem()
     mem.ensure_loaded()
+    args.id = mem.thread_id_of(args.id)  # a merged thread's id shows the thread it went into
     if args.id not in mem.threads:
         raise NotFound(tr("not_found", cli.lang, what=args.id))
     t = mem.threads[args.id]

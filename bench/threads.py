@@ -3,8 +3,8 @@
 
 usage: python bench/threads.py [--embedder hash|minilm|both] [--stream NAME] [--json] [-v]
 
-Each stream of tests/streams_data.py (a new user's notes on three or four tasks, several
-phrasings and orders) is captured note by note into a fresh memory, a minute apart, without a
+Each stream of tests/streams_data.py (a new user's notes on two to four tasks, several
+phrasings, orders and languages) is captured note by note into a fresh memory, a minute apart, without a
 session id (as `ai_smartness.py capture` does). Per stream and embedder: threads, purity
 (share of messages in their thread's majority topic), fragmentation (threads per topic),
 single-message share. -v prints every thread's topics and title. Quality numbers are

@@ -101,6 +101,92 @@ DOCKER = [
     "image is now 180 MB; push it to the registry",
 ]
 TASKS = {"postgres": PG, "react": REACT, "ci": CI}
+# Streams of other tasks, languages and sizes, written apart from the ones above (no word list
+# or threshold was tuned on them): two tasks in English, two in French, four in Spanish.
+OTHER = {
+    "en-two": {
+        "search": [
+            "search results ignore typos, look at fuzzy matching in Elasticsearch",
+            "the product index has no analyzer for plurals yet",
+            "reindexing the catalogue takes forty minutes, too slow for every deploy",
+            "added an alias so the app reads the old index while the new one builds",
+            "relevance: boost exact title matches above description matches",
+            "autocomplete suggestions come from an edge n-gram field now",
+            "the query for 'blue shoes' returns socks first; check the boosts",
+            "search latency p95 is 80 ms after the mapping change",
+            "synonyms file: sneakers, trainers and running shoes mean the same",
+            "search works on staging with the new analyzer, ship it Monday",
+        ],
+        "push": [
+            "mobile push notifications do not arrive on Android 14",
+            "the FCM token is refreshed but never sent back to our server",
+            "iOS asks for notification permission too early, on the first screen",
+            "store device tokens per user with the platform and app version",
+            "a silent push wakes the app to sync the inbox in the background",
+            "notifications arrive twice when the user has two devices logged in",
+            "deep link from the notification opens the wrong chat",
+            "APNs certificate expires next month, switch to a token key",
+            "users can mute notifications per conversation in settings",
+            "push delivery rate is 97 percent after the token fix",
+        ],
+    },
+    "fr-two": {
+        "facture": [
+            "les factures PDF sortent sans le numéro de TVA du client",
+            "la numérotation des factures doit rester continue, sans trou",
+            "arrondi faux sur le total TTC quand il y a trois lignes à 19,99",
+            "ajouter la mention des pénalités de retard en bas de facture",
+            "les avoirs doivent référencer la facture qu'ils annulent",
+            "export comptable des factures du mois au format CSV",
+            "la facture en anglais garde des libellés en français",
+            "envoyer la facture par courriel au contact de facturation",
+            "les factures de décembre ont la mauvaise date d'échéance",
+            "génération des factures validée par la comptable, on livre",
+        ],
+        "cache": [
+            "le cache Redis des sessions expire trop tôt, les gens sont déconnectés",
+            "la mémoire de Redis monte à 90 % chaque soir",
+            "mettre une durée de vie sur les clés du panier",
+            "la page d'accueil est lente quand le cache est vide au démarrage",
+            "préchauffer le cache des produits populaires après un déploiement",
+            "les clés du cache ne contiennent pas la langue, un client voit l'allemand",
+            "invalider le cache d'un produit quand son prix change",
+            "passer Redis en mode cluster pour tenir la charge des soldes",
+            "le taux de succès du cache est à 62 %, trop bas",
+            "après le correctif le cache tient la nuit sans saturer",
+        ],
+    },
+    "es-four": {
+        "correo": [
+            "los correos de bienvenida llegan a la carpeta de spam",
+            "configurar SPF y DKIM para el dominio de envío",
+            "la plantilla del correo se ve rota en Outlook",
+            "enviar los correos desde una cola para no bloquear el registro",
+            "ya llegan a la bandeja de entrada, revisar la tasa de rebote",
+        ],
+        "mapa": [
+            "el mapa de tiendas no carga en Safari",
+            "agrupar los marcadores cuando hay muchas tiendas cerca",
+            "la geolocalización pide permiso antes de abrir el mapa",
+            "calcular la tienda más cercana en el servidor y no en el navegador",
+            "el mapa ya funciona en Safari y en móviles antiguos",
+        ],
+        "pagos": [
+            "los pagos con tarjeta fallan cuando el banco pide 3D Secure",
+            "el webhook de Stripe llega antes de que exista el pedido",
+            "guardar el identificador del pago para poder hacer reembolsos",
+            "los reembolsos parciales no actualizan el estado del pedido",
+            "probar los pagos con las tarjetas de prueba de Stripe",
+        ],
+        "traduccion": [
+            "faltan traducciones al catalán en la página de perfil",
+            "las fechas se muestran en formato americano para usuarios de España",
+            "extraer los textos de la interfaz a archivos de traducción",
+            "los plurales en ruso necesitan tres formas",
+            "revisión de las traducciones terminada por el equipo de Barcelona",
+        ],
+    },
+}
 
 
 def _round_robin(groups):
@@ -144,6 +230,9 @@ def streams():
     four = {name: task["terse"] for name, task in TASKS.items()}
     four["docker"] = DOCKER
     out["four-interleaved"] = _round_robin(four)
+    for name, groups in OTHER.items():
+        out[f"{name}-interleaved"] = _round_robin(groups)
+        out[f"{name}-mixed"] = _shuffled(groups, seed=len(name))
     return out
 
 

@@ -148,3 +148,59 @@ def test_a_thread_a_short_prompt_started_is_retitled_by_the_first_real_one():
     assert thread["title"].startswith("Make the vite dev server")
     add("Done: requests to /sdk go to the backend now. Next: add the log line.", "assistant")
     assert thread["summary"] == "/start-apps … Done: requests to /sdk go to the backend now. Next: add the log line."
+
+
+def test_a_fragment_merges_only_into_a_clear_winner():
+    a, b, c = ({"id": x, "status": "active"} for x in "abc")
+    assert ais.merge_choice([(0.5, a), (0.1, b), (0.05, c)]) is a
+    assert ais.merge_choice([(0.5, a), (0.45, b), (0.42, c)]) is None  # no clear winner
+    assert ais.merge_choice([(ais.MERGE_FLOOR - 0.01, a)]) is None  # clear but too weak
+    assert ais.merge_choice([(0.5, dict(a, status="archived")), (0.1, b)]) is None
+
+
+def merged_pair(project):
+    """Two threads on unrelated subjects, the second merged into the first as a drain does."""
+    mem = ais.open_memory(str(project), embedder="fake")
+    first = [mem.capture(t, at=START + i)["thread_id"] for i, t in enumerate(
+        ["Kubernetes ingress certificate renewal", "Kubernetes ingress annotations for certificate"])]
+    other = mem.capture("Quarterly invoice totals spreadsheet formula", at=START + 10)["thread_id"]
+    assert first[0] == first[1] != other
+    src, dst = mem.threads[other], mem.threads[first[0]]
+    bridge = ais.make_bridge(other, "t_elsewhere", "extends", 0.5, "test", 0, START)
+    mem._add_bridge(bridge)
+    with mem.store.lock():
+        touched_t, touched_b = {other, dst["id"]}, {bridge["id"]}
+        dropped = mem._merge(src, dst, 0.4, START + 20, touched_t, touched_b)
+        mem.save(touched_t, touched_b - dropped, dropped, [other])
+    return mem, other, dst["id"], bridge["id"]
+
+
+def test_a_merge_moves_every_message_and_the_old_id_redirects(project):
+    mem, old, new, bid = merged_pair(project)
+    again = ais.open_memory(str(project), embedder="fake")
+    again.ensure_loaded()
+    assert old not in again.threads and again.thread_id_of(old) == new
+    thread = again.threads[new]
+    assert [m["text"] for m in thread["messages"]][-1] == "Quarterly invoice totals spreadsheet formula"
+    assert len(thread["messages"]) == 3 and len(again.msgs) == 3
+    assert thread["merged"][0]["id"] == old and thread["merged"][0]["messages"] == 1
+    assert "invoice" in thread["topics"]
+    assert again.bridges[bid]["source_id"] == new  # re-ended at the thread it went into
+    # Retrieval finds the moved message in its new thread.
+    hits = again.search("invoice spreadsheet", 3)
+    assert hits and hits[0]["thread_id"] == new
+    # The thread's history shows the merge, and its old id shows the thread it went into.
+    assert old in again.thread_view(new)
+    from conftest import cli_json
+    assert cli_json("thread", old, project=project, env={"AI_SMARTNESS_EMBEDDER": "fake"})["id"] == new
+
+
+def test_a_merge_cut_short_before_the_old_file_went_keeps_each_message_once(project):
+    mem, old, new, _ = merged_pair(project)
+    stale = {"schema": ais.SCHEMA, "id": old, "title": "Quarterly invoice", "status": "active",
+             "messages": [dict(m) for m in mem.threads[new]["messages"] if "invoice" in m["text"]]}
+    mem.store.save_thread(stale)  # the crash: the merged thread's own file still there
+    again = ais.open_memory(str(project), embedder="fake")
+    again.ensure_loaded()
+    assert old not in again.threads and len(again.msgs) == 3
+    assert len(again.threads[new]["messages"]) == 3
