@@ -154,3 +154,25 @@ def test_memory_engine_classes_stay_small_and_read_no_state_by_getattr():
         for call in ast.walk(node):
             if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "getattr":
                 assert not (isinstance(call.args[0], ast.Name) and call.args[0].id == "self"), name
+
+
+def test_a_drain_batch_starts_from_the_active_threads_the_last_one_saved(project, monkeypatch):
+    """The active threads are scanned for only when a status may have changed outside the drain."""
+    import random
+    rng = random.Random(3)
+    mem = ais.open_memory(str(project))
+    mem.cfg = dict(mem.cfg, mode="light")  # 15 active at most: captures suspend threads
+    scans = count_calls(monkeypatch, ais.MemoryWriter, "_scan_active")
+
+    def fresh():
+        return {tid: None for tid, t in mem.threads.items() if t["status"] == "active"}
+    for i in range(40):
+        mem.capture(" ".join(f"w{rng.randrange(10 ** 6)}x" for _ in range(8)), source="tool:Bash")
+        assert list(mem._active_ids()) == list(fresh())
+    assert sum(t["status"] == "suspended" for t in mem.threads.values()) > 0
+    assert len(scans) <= 3  # the first batch, and lifecycle passes
+    mem.set_status(list(mem.threads)[:5], "suspended")  # another route: a new generation
+    assert list(mem._active_ids()) == list(fresh())
+    mem.set_status(list(mem.threads)[:2], "active")
+    mem.capture("kalion morark a new topic of its own", source="tool:Bash")
+    assert list(mem._active_ids()) == list(fresh())
