@@ -4483,18 +4483,24 @@ class MemoryWriter(MemoryIndex):
         self.generation = self.store.bump(changed, hot=self.hot_id(thread_ids))
         self._index_due = True
 
-    def hot_id(self, touched=None):
+    def hot_id(self, touched=()):
         """The thread worked on last (the first such in thread order on a tie). last_active
         only grows, and every change to it is saved, so after a save only the threads it
-        touched can have overtaken the previous hot thread: no scan of every thread."""
-        prev = self._hot if touched is not None else None
+        touched can have overtaken the previous hot thread: no scan of every thread, and none
+        at all without `touched` (a prompt's current work) until a load or a refresh forgets it."""
+        prev = self._hot
         if prev in self.threads:
             seen = {t: ts_of(self.threads[t], "last_active") for t in (prev, *touched) if t in self.threads}
             best = max(seen.values())
-            tied = {t for t, ts in seen.items() if ts == best}
-            # A thread outside the pool can only tie with `prev`, and comes after it.
-            self._hot = next(t for t in self.threads if t in tied)
+            tied = [t for t, ts in seen.items() if ts == best]
+            if len(tied) > 1:  # a thread outside the pool can only tie with `prev`, and comes after it
+                tied = set(tied)
+                tied = [next(t for t in self.threads if t in tied)]
+            self._hot = tied[0]
             return self._hot
+        return self._scan_hot()
+
+    def _scan_hot(self):
         hot = max(self.threads.values(), key=lambda t: ts_of(t, "last_active"), default=None)
         self._hot = hot["id"] if hot else None
         return self._hot

@@ -176,3 +176,20 @@ def test_a_drain_batch_starts_from_the_active_threads_the_last_one_saved(project
     mem.set_status(list(mem.threads)[:2], "active")
     mem.capture("kalion morark a new topic of its own", source="tool:Bash")
     assert list(mem._active_ids()) == list(fresh())
+
+
+def test_prompts_of_a_new_session_find_the_hot_thread_without_scanning_every_thread(project, monkeypatch):
+    mem = fill(project)
+    fresh = ais.Memory(mem.store.dir)
+    scans = count_calls(monkeypatch, ais.MemoryWriter, "_scan_hot")
+
+    def hot():  # what a scan finds
+        return max(fresh.threads.values(), key=lambda t: ais.ts_of(t, "last_active"))["id"]
+    for prompt in ("where were we with the tokenizer?", "and the JWT refresh?", "what about the CSS grid?"):
+        fresh.context(prompt, session="a-new-session")
+        assert fresh.hot_id() == hot()
+    assert len(scans) == 1  # the first prompt after the load
+    mem.capture("JWT refresh token rotation: the refresh endpoint now rotates keys", session_id="s2")
+    fresh.refresh()  # another process saved: the hot thread may have changed
+    assert fresh.hot_id() == hot()
+    assert len(scans) == 2
