@@ -2431,6 +2431,17 @@ def suspension_victims(active, limit, keep_ids, relatedness, now, half_life_days
     return [t["id"] for t in pool[:excess]]
 
 
+def active_ids(threads):
+    """Ids of the active threads in thread order, as a dict (an ordered set)."""
+    return {tid: None for tid, t in threads.items() if t["status"] == "active"}
+
+
+def worked_on_last(threads):
+    """Id of the thread worked on last (the first such in thread order on a tie), or None."""
+    hot = max(threads.values(), key=lambda t: ts_of(t, "last_active"), default=None)
+    return hot["id"] if hot else None
+
+
 def lifecycle_changes(threads, now, cfg):
     """Idle active threads are suspended, long-dormant suspended ones archived."""
     out = []
@@ -4443,8 +4454,7 @@ class MemoryWriter(MemoryIndex):
         # Lifecycle and pruning run when due (see _maintain).
         self._maint_at, self._maint_now = -1e9, 0.0
         self._decision_log = []  # a drain batch's decisions, logged once it is saved
-        # (generation, the active ids after the batch that saved it): see _active_ids.
-        self._active = (None, None)
+        self._active = (None, None)  # (generation, the active ids its batch left): see _active_ids
 
     def serialize(self, thread):
         """The on-disk form: vectors encoded beside the model id that made them."""
@@ -4492,17 +4502,11 @@ class MemoryWriter(MemoryIndex):
         if prev in self.threads:
             seen = {t: ts_of(self.threads[t], "last_active") for t in (prev, *touched) if t in self.threads}
             best = max(seen.values())
-            tied = [t for t, ts in seen.items() if ts == best]
-            if len(tied) > 1:  # a thread outside the pool can only tie with `prev`, and comes after it
-                tied = set(tied)
-                tied = [next(t for t in self.threads if t in tied)]
-            self._hot = tied[0]
-            return self._hot
-        return self._scan_hot()
-
-    def _scan_hot(self):
-        hot = max(self.threads.values(), key=lambda t: ts_of(t, "last_active"), default=None)
-        self._hot = hot["id"] if hot else None
+            tied = {t for t, ts in seen.items() if ts == best}
+            # A thread outside the pool can only tie with `prev`, and comes after it.
+            self._hot = tied.pop() if len(tied) == 1 else next(t for t in self.threads if t in tied)
+        else:
+            self._hot = worked_on_last(self.threads)
         return self._hot
 
     def flush_index(self, force=False):
@@ -4612,25 +4616,19 @@ class MemoryWriter(MemoryIndex):
         maintained = self._maint_at
         dropped_b = self._maintain(touched_t, self.clock() if newest is None else newest)
         self.save(touched_t, touched_b - dropped_b, dropped_b)
-        # The next batch starts from these unless the lifecycle just changed statuses.
-        self._active = (self.generation, active if maintained == self._maint_at else None)
+        self._active = (self.generation, active if maintained == self._maint_at else None)  # no lifecycle pass
         for path in done:
             Store._unlink(path)
         self.store.log.write_many(self._decision_log)
         return done, paused
 
     def _active_ids(self):
-        """Ids of the active threads in thread order, as a dict: _apply keeps it current, so a
-        capture needs no scan of every thread to know which ones are active. A batch starts
-        from the previous batch's when nothing was saved since (the same generation): the scan
-        of every thread was most of a small batch's fixed cost at 20,000 threads."""
+        """active_ids() kept current by _apply; a batch starts from the previous batch's when
+        nothing was saved since (a scan of every thread costs ms at 20,000 threads)."""
         gen, kept = self._active
         if kept is not None and gen == self.generation:
             return dict(kept)  # a copy: a batch that fails must not change what the next one starts from
-        return self._scan_active()
-
-    def _scan_active(self):
-        return {tid: None for tid, t in self.threads.items() if t["status"] == "active"}
+        return active_ids(self.threads)
 
     def _apply(self, entry, vec, touched_t, touched_b, active):
         now = entry["ts"]
@@ -4659,7 +4657,7 @@ class MemoryWriter(MemoryIndex):
                 thread["status"] = "active"
                 # Back among the active ones at its own place in thread order.
                 active.clear()
-                active.update(self._scan_active())
+                active.update(active_ids(self.threads))
         else:
             parent = self.threads.get(decision.get("parent_id"))
             thread = self._new_thread(ext, "split" if parent else entry["origin"], now, parent)

@@ -39,14 +39,16 @@ def daemon(project, embedded):
     d.stopping.set()
 
 
-def count_calls(monkeypatch, cls, name):
+def count_calls(monkeypatch, owner, name):
+    """The arguments of each call of a class's method (self left out) or a module's function."""
     calls = []
-    real = getattr(cls, name)
+    real = getattr(owner, name)
+    skip = 1 if isinstance(owner, type) else 0
 
-    def counted(self, *args, **kw):
-        calls.append(args)
-        return real(self, *args, **kw)
-    monkeypatch.setattr(cls, name, counted)
+    def counted(*args, **kw):
+        calls.append(args[skip:])
+        return real(*args, **kw)
+    monkeypatch.setattr(owner, name, counted)
     return calls
 
 
@@ -162,7 +164,7 @@ def test_a_drain_batch_starts_from_the_active_threads_the_last_one_saved(project
     rng = random.Random(3)
     mem = ais.open_memory(str(project))
     mem.cfg = dict(mem.cfg, mode="light")  # 15 active at most: captures suspend threads
-    scans = count_calls(monkeypatch, ais.MemoryWriter, "_scan_active")
+    scans = count_calls(monkeypatch, ais, "active_ids")
 
     def fresh():
         return {tid: None for tid, t in mem.threads.items() if t["status"] == "active"}
@@ -181,7 +183,7 @@ def test_a_drain_batch_starts_from_the_active_threads_the_last_one_saved(project
 def test_prompts_of_a_new_session_find_the_hot_thread_without_scanning_every_thread(project, monkeypatch):
     mem = fill(project)
     fresh = ais.Memory(mem.store.dir)
-    scans = count_calls(monkeypatch, ais.MemoryWriter, "_scan_hot")
+    scans = count_calls(monkeypatch, ais, "worked_on_last")
 
     def hot():  # what a scan finds
         return max(fresh.threads.values(), key=lambda t: ais.ts_of(t, "last_active"))["id"]
