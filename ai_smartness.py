@@ -361,9 +361,6 @@ RULE_MAX_CHARS, RULES_SHARE, RULE_FACETS_MEMO = 300, 0.6, 4096
 # in bfloat16 there, 2-3x less CPU per capture, vectors within 1e-4 of float32 (bench/README.md).
 # Elsewhere bfloat16 is emulated and slower: float32.
 BF16_CPU_FLAGS = ("amx_bf16", "amx_tile")
-# bfloat16 kernels are prepared per input shape, about 6 ms the first time: a new daemon runs
-# one text of every length up to this many tokens (a prompt's), in the background.
-WARM_TOKENS = 64
 
 # ==== 2. Errors, helpers, i18n ====
 
@@ -2169,16 +2166,6 @@ class MiniLMEmbedder:
         tokenizer.enable_padding(pad_id=cfg.get("pad_token_id", 0), pad_token="[PAD]")
         self.tokenizer = tokenizer
         self.bert = (cfg, w, layers)
-
-    def warm_shapes(self, stopping):
-        """Prepare the bfloat16 kernels of single texts up to WARM_TOKENS tokens (a no-op in
-        float32: its kernels do not depend on the shape), until `stopping` is set."""
-        if not self.bf16:
-            return
-        for words in range(1, WARM_TOKENS - 1):  # [CLS] + one token a word + [SEP]
-            if stopping.is_set():
-                return
-            self.embed(["a " * words])
 
     def embed(self, texts):
         from array import array
@@ -5446,23 +5433,10 @@ class EmbedAhead:
             self.cv.notify_all()
         return False
 
-    def start(self, embed, warm=None):
-        """The workers, and a thread that runs `warm(stopping)` (the model's warm-up) once."""
+    def start(self, embed):
         import threading
         for _ in range(embed_workers()):
             threading.Thread(target=self._worker, args=(embed,), daemon=True).start()
-        if warm is not None:
-            threading.Thread(target=lambda: (self._below_requests(), warm(self.stopping)), daemon=True).start()
-
-    @staticmethod
-    def _below_requests():
-        """Below the work loop and the request threads: they get a core the moment they need
-        one, and the model takes whatever is left."""
-        import threading
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
-        except (OSError, AttributeError):
-            pass
 
     def plan(self, texts, paths, cached_vector):
         """Hand the workers the texts of `paths` (inbox order; None: unreadable) and wait until
@@ -5509,7 +5483,13 @@ class EmbedAhead:
     def _worker(self, embed):
         """Embeds the next unclaimed texts of `todo`, EMBED_CHUNK at a time, or fewer so that
         a short backlog is shared by all workers; no new call while a request is served."""
-        self._below_requests()
+        import threading
+        try:
+            # Below the work loop and the request threads: they get a core the moment they need
+            # one, and the model takes whatever is left.
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
+        except (OSError, AttributeError):
+            pass
         share = embed_workers()
         while not self.stopping.is_set():
             with self.cv:
@@ -5680,7 +5660,7 @@ class Daemon:
         mem.write_index()
         mem.candidates(mem.query_vector("warm up"))  # the model's first call, and numpy's
         self.mem = mem
-        self.ahead.start(mem.embedder.embed, getattr(mem.embedder, "warm_shapes", None))
+        self.ahead.start(mem.embedder.embed)
         self.ready = True
         self._write_status()
         self.store.log.info("daemon ready", seconds=round(time.monotonic() - t0, 2), threads=len(mem.threads),

@@ -137,15 +137,3 @@ def test_note_streams_with_minilm_make_few_mostly_pure_threads(tmp_path, model):
         frags.append(streams_data.fragmentation(got))
     assert sum(purities) / len(purities) >= 0.9 and min(purities) >= 0.75
     assert sum(frags) / len(frags) <= 2.2
-
-
-def test_the_daemon_warm_up_runs_one_text_of_each_prompt_length_in_bfloat16(monkeypatch):
-    import threading
-    fast, seen = ais.MiniLMEmbedder(bf16=True).load(), []
-    monkeypatch.setattr(fast, "embed", lambda texts: seen.extend(len(e.ids) for e in fast.tokenizer.encode_batch(texts)))
-    fast.warm_shapes(threading.Event())
-    assert seen == list(range(3, ais.WARM_TOKENS + 1))
-    exact = ais.MiniLMEmbedder(bf16=False)
-    monkeypatch.setattr(exact, "embed", lambda texts: seen.append(texts))
-    exact.warm_shapes(threading.Event())  # float32 kernels do not depend on the shape
-    assert len(seen) == ais.WARM_TOKENS - 2
