@@ -356,12 +356,6 @@ BRIEF_WHERE_CHARS, CONCLUSION_HEAD_CHARS = 260, 40
 # rules line may take (only as much as the rules need), rule texts whose facets are memoized.
 RULE_MAX_CHARS, RULES_SHARE, RULE_FACETS_MEMO = 300, 0.6, 4096
 
-# ---- hot-path speed ----
-# CPU flags of a matrix unit that multiplies bfloat16 (Intel AMX): MiniLM's linear layers run
-# in bfloat16 there, 2-3x less CPU per capture, vectors within 1e-4 of float32 (bench/README.md).
-# Elsewhere bfloat16 is emulated and slower: float32.
-BF16_CPU_FLAGS = ("amx_bf16", "amx_tile")
-
 # ==== 2. Errors, helpers, i18n ====
 
 
@@ -2105,18 +2099,16 @@ class MiniLMEmbedder:
     libraries around it (transformers imports torch's compiler, sympy and scipy;
     sentence-transformers adds scikit-learn) cost the daemon memory and seconds of its start,
     and their per-call wrappers a good share of a short query (bench/README.md). Any other pipeline goes through
-    SentenceTransformer.encode(). On a CPU with a bfloat16 matrix unit (bf16_matmul) the linear
-    layers, nine tenths of the work, run in bfloat16 and the rest in float32."""
+    SentenceTransformer.encode()."""
 
     id = MINILM_ID
     dim = 384
     MAX_TOKENS = 128  # the length the model was trained on; the default 256 costs twice the time
 
-    def __init__(self, bf16=None):
+    def __init__(self):
         self.model = None  # SentenceTransformer, for a pipeline not run here
         self.bert = None  # (config, tensors by name, fused layers) of a pipeline run here
         self.tokenizer = None
-        self.bf16 = bf16_matmul() if bf16 is None else bf16  # linear layers in bfloat16
 
     def load(self):
         if self.model is None and self.bert is None:
@@ -2150,16 +2142,11 @@ class MiniLMEmbedder:
             # Query, key and value in one product.
             qkv = [torch.cat([w[f"{pre}attention.self.{p}.{kind}"] for p in ("query", "key", "value")])
                    for kind in ("weight", "bias")]
-            layer = qkv + [w[pre + name] for name in (
+            layers.append(qkv + [w[pre + name] for name in (
                 "attention.output.dense.weight", "attention.output.dense.bias",
                 "attention.output.LayerNorm.weight", "attention.output.LayerNorm.bias",
                 "intermediate.dense.weight", "intermediate.dense.bias",
-                "output.dense.weight", "output.dense.bias", "output.LayerNorm.weight", "output.LayerNorm.bias")]
-            if self.bf16:  # converted once here: a per-call cast of the weights costs what bf16 saves
-                for k in (0, 1, 2, 3, 6, 7, 8, 9):
-                    layer[k] = layer[k].to(torch.bfloat16)
-            layers.append(layer)
-        w = {name: t for name, t in w.items() if name.startswith("embeddings.")}  # the rest is in `layers`
+                "output.dense.weight", "output.dense.bias", "output.LayerNorm.weight", "output.LayerNorm.bias")])
         tokenizer = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
         # Set once, never per call: calls from several threads then change nothing shared.
         tokenizer.enable_truncation(self.MAX_TOKENS)
@@ -2214,13 +2201,11 @@ class MiniLMEmbedder:
              + w["embeddings.token_type_embeddings.weight"][types])
         x = F.layer_norm(x, (size,), w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
         keys = mask.bool()[:, None, None, :]  # padding is never attended to
-        def linear(inp, weight, bias):  # in the weights' type (bfloat16 or float32), out in float32
-            return F.linear(inp.to(weight.dtype), weight, bias).float()
         for qkv_w, qkv_b, o_w, o_b, ln1_w, ln1_b, in_w, in_b, out_w, out_b, ln2_w, ln2_b in layers:
-            q, k, v = linear(x, qkv_w, qkv_b).view(batch, length, 3, heads, size // heads).permute(2, 0, 3, 1, 4)
+            q, k, v = F.linear(x, qkv_w, qkv_b).view(batch, length, 3, heads, size // heads).permute(2, 0, 3, 1, 4)
             att = F.scaled_dot_product_attention(q, k, v, attn_mask=keys).transpose(1, 2).reshape(batch, length, size)
-            x = F.layer_norm(linear(att, o_w, o_b) + x, (size,), ln1_w, ln1_b, eps)
-            x = F.layer_norm(linear(F.gelu(linear(x, in_w, in_b)), out_w, out_b) + x, (size,), ln2_w, ln2_b, eps)
+            x = F.layer_norm(F.linear(att, o_w, o_b) + x, (size,), ln1_w, ln1_b, eps)
+            x = F.layer_norm(F.linear(F.gelu(F.linear(x, in_w, in_b)), out_w, out_b) + x, (size,), ln2_w, ln2_b, eps)
         return x
 
 
@@ -2245,16 +2230,6 @@ def plain_bert_pipeline(path):
             and cfg.get("model_type") == "bert" and cfg.get("hidden_act") == "gelu"
             and cfg.get("position_embedding_type", "absolute") == "absolute"
             and all(os.path.isfile(os.path.join(path, f)) for f in ("model.safetensors", "tokenizer.json")))
-
-
-def bf16_matmul():
-    """Whether this CPU multiplies bfloat16 matrices in hardware (BF16_CPU_FLAGS, Linux)."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return all(flag in flags for flag in BF16_CPU_FLAGS)
 
 
 def torch_threads():
