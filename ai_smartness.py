@@ -2976,6 +2976,17 @@ def suspension_victims(active, limit, keep_ids, relatedness, now, half_life_days
     return [t["id"] for t in pool[:excess]]
 
 
+def active_ids(threads):
+    """Ids of the active threads in thread order, as a dict (an ordered set)."""
+    return {tid: None for tid, t in threads.items() if t["status"] == "active"}
+
+
+def worked_on_last(threads):
+    """Id of the thread worked on last (the first such in thread order on a tie), or None."""
+    hot = max(threads.values(), key=lambda t: ts_of(t, "last_active"), default=None)
+    return hot["id"] if hot else None
+
+
 def lifecycle_changes(threads, now, cfg):
     """Idle active threads are suspended, long-dormant suspended ones archived."""
     out = []
@@ -5459,6 +5470,7 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
         self._decision_log = []  # a drain batch's decisions, logged once it is saved
         self.llm = None  # the optional LLM backend (the daemon sets it): see LLMWork
         self.llm_work = LLMWork(self)
+        self._active = (None, None)  # (generation, the active ids its batch left): see _active_ids
 
     def serialize(self, thread):
         """The on-disk form: vectors encoded beside the model id that made them."""
@@ -5497,20 +5509,20 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
         self.generation = self.store.bump(changed, hot=self.hot_id(thread_ids))
         self._index_due = True
 
-    def hot_id(self, touched=None):
+    def hot_id(self, touched=()):
         """The thread worked on last (the first such in thread order on a tie). last_active
         only grows, and every change to it is saved, so after a save only the threads it
-        touched can have overtaken the previous hot thread: no scan of every thread."""
-        prev = self._hot if touched is not None else None
+        touched can have overtaken the previous hot thread: no scan of every thread, and none
+        at all without `touched` (a prompt's current work) until a load or a refresh forgets it."""
+        prev = self._hot
         if prev in self.threads:
             seen = {t: ts_of(self.threads[t], "last_active") for t in (prev, *touched) if t in self.threads}
             best = max(seen.values())
             tied = {t for t, ts in seen.items() if ts == best}
             # A thread outside the pool can only tie with `prev`, and comes after it.
-            self._hot = next(t for t in self.threads if t in tied)
-            return self._hot
-        hot = max(self.threads.values(), key=lambda t: ts_of(t, "last_active"), default=None)
-        self._hot = hot["id"] if hot else None
+            self._hot = tied.pop() if len(tied) == 1 else next(t for t in self.threads if t in tied)
+        else:
+            self._hot = worked_on_last(self.threads)
         return self._hot
 
     def flush_index(self, force=False):
@@ -5617,18 +5629,24 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
                 paused = True
                 break
         # Idleness is measured against the newest content, so imported history ages by its own clock.
+        maintained = self._maint_at
         merged, dropped_m = self._consolidate(touched_t, touched_b, self.clock() if newest is None else newest)
         dropped_b = self._maintain(touched_t, self.clock() if newest is None else newest) | dropped_m
         self.save(touched_t, touched_b - dropped_b, dropped_b, merged)
+        # Kept for the next batch unless a lifecycle pass or a merge changed which threads are active.
+        self._active = (self.generation, active if maintained == self._maint_at and not merged else None)
         for path in done:
             Store._unlink(path)
         self.store.log.write_many(self._decision_log)
         return done, paused
 
     def _active_ids(self):
-        """Ids of the active threads in thread order, as a dict: _apply keeps it current, so a
-        capture needs no scan of every thread to know which ones are active."""
-        return {tid: None for tid, t in self.threads.items() if t["status"] == "active"}
+        """active_ids() kept current by _apply; a batch starts from the previous batch's when
+        nothing was saved since (a scan of every thread costs ms at 20,000 threads)."""
+        gen, kept = self._active
+        if kept is not None and gen == self.generation:
+            return dict(kept)  # a copy: a batch that fails must not change what the next one starts from
+        return active_ids(self.threads)
 
     def _apply(self, entry, vec, touched_t, touched_b, active):
         now = entry["ts"]
@@ -5657,7 +5675,7 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
                 thread["status"] = "active"
                 # Back among the active ones at its own place in thread order.
                 active.clear()
-                active.update(self._active_ids())
+                active.update(active_ids(self.threads))
         else:
             parent = self.threads.get(decision.get("parent_id"))
             thread = self._new_thread(ext, "split" if parent else entry["origin"], now, parent)

@@ -39,14 +39,16 @@ def daemon(project, embedded):
     d.stopping.set()
 
 
-def count_calls(monkeypatch, cls, name):
+def count_calls(monkeypatch, owner, name):
+    """The arguments of each call of a class's method (self left out) or a module's function."""
     calls = []
-    real = getattr(cls, name)
+    real = getattr(owner, name)
+    skip = 1 if isinstance(owner, type) else 0
 
-    def counted(self, *args, **kw):
-        calls.append(args)
-        return real(self, *args, **kw)
-    monkeypatch.setattr(cls, name, counted)
+    def counted(*args, **kw):
+        calls.append(args[skip:])
+        return real(*args, **kw)
+    monkeypatch.setattr(owner, name, counted)
     return calls
 
 
@@ -154,3 +156,42 @@ def test_memory_engine_classes_stay_small_and_read_no_state_by_getattr():
         for call in ast.walk(node):
             if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "getattr":
                 assert not (isinstance(call.args[0], ast.Name) and call.args[0].id == "self"), name
+
+
+def test_a_drain_batch_starts_from_the_active_threads_the_last_one_saved(project, monkeypatch):
+    """The active threads are scanned for only when a status may have changed outside the drain."""
+    import random
+    rng = random.Random(3)
+    mem = ais.open_memory(str(project))
+    mem.cfg = dict(mem.cfg, mode="light")  # 15 active at most: captures suspend threads
+    scans = count_calls(monkeypatch, ais, "active_ids")
+
+    def fresh():
+        return {tid: None for tid, t in mem.threads.items() if t["status"] == "active"}
+    for i in range(40):
+        mem.capture(" ".join(f"w{rng.randrange(10 ** 6)}x" for _ in range(8)), source="tool:Bash")
+        assert list(mem._active_ids()) == list(fresh())
+    assert sum(t["status"] == "suspended" for t in mem.threads.values()) > 0
+    assert len(scans) <= 3  # the first batch, and lifecycle passes
+    mem.set_status(list(mem.threads)[:5], "suspended")  # another route: a new generation
+    assert list(mem._active_ids()) == list(fresh())
+    mem.set_status(list(mem.threads)[:2], "active")
+    mem.capture("kalion morark a new topic of its own", source="tool:Bash")
+    assert list(mem._active_ids()) == list(fresh())
+
+
+def test_prompts_of_a_new_session_find_the_hot_thread_without_scanning_every_thread(project, monkeypatch):
+    mem = fill(project)
+    fresh = ais.Memory(mem.store.dir)
+    scans = count_calls(monkeypatch, ais, "worked_on_last")
+
+    def hot():  # what a scan finds
+        return max(fresh.threads.values(), key=lambda t: ais.ts_of(t, "last_active"))["id"]
+    for prompt in ("where were we with the tokenizer?", "and the JWT refresh?", "what about the CSS grid?"):
+        fresh.context(prompt, session="a-new-session")
+        assert fresh.hot_id() == hot()
+    assert len(scans) == 1  # the first prompt after the load
+    mem.capture("JWT refresh token rotation: the refresh endpoint now rotates keys", session_id="s2")
+    fresh.refresh()  # another process saved: the hot thread may have changed
+    assert fresh.hot_id() == hot()
+    assert len(scans) == 2
