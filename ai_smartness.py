@@ -5286,6 +5286,22 @@ class MemoryIndex:
         kept[text] = vec
         self._qvecs = dict(list(kept.items())[-QUERY_CACHE_SIZE:])
 
+    def hot_id(self, touched=()):
+        """The thread worked on last (the first such in thread order on a tie). last_active
+        only grows, and every change to it is saved, so after a save only the threads it
+        touched can have overtaken the previous hot thread: no scan of every thread, and none
+        at all without `touched` (a prompt's current work) until a load or a refresh forgets it."""
+        prev = self._hot
+        if prev in self.threads:
+            seen = {t: ts_of(self.threads[t], "last_active") for t in (prev, *touched) if t in self.threads}
+            best = max(seen.values())
+            tied = {t for t, ts in seen.items() if ts == best}
+            # A thread outside the pool can only tie with `prev`, and comes after it.
+            self._hot = tied.pop() if len(tied) == 1 else next(t for t in self.threads if t in tied)
+        else:
+            self._hot = worked_on_last(self.threads)
+        return self._hot
+
 
 class ThreadPlacement:
     """Where content goes beyond decide(), for MemoryWriter: the thread a capture's session and
@@ -5508,22 +5524,6 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
         changed = list(thread_ids) + list(bridge_ids) + list(deleted_bridges) + list(deleted_threads)
         self.generation = self.store.bump(changed, hot=self.hot_id(thread_ids))
         self._index_due = True
-
-    def hot_id(self, touched=()):
-        """The thread worked on last (the first such in thread order on a tie). last_active
-        only grows, and every change to it is saved, so after a save only the threads it
-        touched can have overtaken the previous hot thread: no scan of every thread, and none
-        at all without `touched` (a prompt's current work) until a load or a refresh forgets it."""
-        prev = self._hot
-        if prev in self.threads:
-            seen = {t: ts_of(self.threads[t], "last_active") for t in (prev, *touched) if t in self.threads}
-            best = max(seen.values())
-            tied = {t for t, ts in seen.items() if ts == best}
-            # A thread outside the pool can only tie with `prev`, and comes after it.
-            self._hot = tied.pop() if len(tied) == 1 else next(t for t in self.threads if t in tied)
-        else:
-            self._hot = worked_on_last(self.threads)
-        return self._hot
 
     def flush_index(self, force=False):
         """db/index.json is rewritten at most every 3 s, and never more often than ten times
