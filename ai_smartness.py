@@ -3670,7 +3670,7 @@ _DAY_NAMES = ("monday lundi lunes", "tuesday mardi martes", "wednesday mercredi 
               "sunday dimanche domingo")
 _DAY_RE = LazyRe("|".join(rf"(?P<d{i}>\b(?:{names.replace(' ', '|')})s?\b)" for i, names in enumerate(_DAY_NAMES)),
                  re.I)
-_PART_RE = LazyRe(r"(?P<morning>\bmornings?\b|\bmatin(?:ée)?s?\b|\b(?:la|esta) mañana\b)"
+_DAY_PART_RE = LazyRe(r"(?P<morning>\bmornings?\b|\bmatin(?:ée)?s?\b|\b(?:la|esta) mañana\b)"
                   r"|(?P<afternoon>\bafternoons?\b|\bapr[èe]s-midi\b|\b(?:la|esta) tarde\b)"
                   r"|(?P<evening>\bevenings?\b|\btonight\b|\bsoir(?:ée)?s?\b|\b(?:la|esta) noche\b)"
                   r"|(?P<night>\b(?:at|last|late|this|that|the|one|a|\w+day) nights?\b|\bovernight\b|\bnuits?\b"
@@ -3681,7 +3681,7 @@ def query_times(query):
     """The days of the week (WEEKDAYS names) and parts of the day a query names, for the date
     signal: "the fix from Friday evening" -> ({"friday"}, {"evening"})."""
     days = {WEEKDAYS[int(k[1:])] for m in _DAY_RE.finditer(query or "") for k, v in m.groupdict().items() if v}
-    parts = {k for m in _PART_RE.finditer(query or "") for k, v in m.groupdict().items() if v}
+    parts = {k for m in _DAY_PART_RE.finditer(query or "") for k, v in m.groupdict().items() if v}
     if re.search(r"\b(?:la|esta) noche\b", query or "", re.I):
         parts |= {"evening", "night"}
     return days, parts
