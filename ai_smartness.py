@@ -6430,11 +6430,28 @@ def is_binary_file(path):
         os.close(fd)
 
 
+def in_git_tree(folder):
+    """True when `folder` or a folder above it holds .git (or GIT_DIR names one): git's own
+    discovery, without starting it."""
+    if os.environ.get("GIT_DIR"):
+        return True
+    path = os.path.abspath(folder)
+    while True:
+        if os.path.lexists(os.path.join(path, ".git")):
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+
+
 def git_changes(folder, seconds=GIT_SECONDS):
     """The files of `folder` changed in its git work tree when a turn ends: staged, unstaged and
     untracked ones (new files an agent wrote are untracked until added), ignored files, binaries
     and our own data dir left out, relative to `folder`, at most GIT_MAX_FILES. [] when it is no
     repository or git is missing; what was found when the `seconds` for all calls run out."""
+    if not in_git_tree(folder):
+        return []  # no process started where there is nothing to ask
     deadline = time.monotonic() + seconds
     found = {}
     for args, counted in ((("diff", "--cached", "--numstat", "-z", "--relative"), True),

@@ -220,6 +220,7 @@ def test_the_stop_hook_records_the_changed_files_with_its_thread(repo):
 def test_a_hung_git_is_killed_at_the_limit_and_the_answer_still_stored(proj, tmp_path):
     """A git stand-in that never answers: the hook kills it (its whole process group) at the
     limit, exits 0 and stores the answer without changed files."""
+    git(proj, "init", "-q")  # a repository, asked through the stand-in below
     stand_in = tmp_path / "bin"
     stand_in.mkdir()
     pids = tmp_path / "git.pids"
