@@ -364,6 +364,8 @@ WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", 
 # Changed files and resolved outcomes a view names (the newest), and the characters kept of the
 # sentence that says a problem is solved.
 CHANGED_SHOWN, OUTCOMES_SHOWN, OUTCOME_CHARS = 6, 2, 200
+# Characters of the one outcome the briefing names (the latest).
+BRIEF_OUTCOME_CHARS = 80
 
 # ---- user rules ----
 # The longest sentence kept as a rule (longer is prose), the share of the inject budget the
@@ -6234,17 +6236,17 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang):
         line += " " + tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS))
     lines = [shorten(line, BRIEF_WHERE_CHARS)]  # room left for the files
     outcomes = thread_outcomes(hot)
-    if outcomes:
-        lines.append(tr("brief_resolved", lang, items="; ".join(outcome_text(o, lang, 60) for o in outcomes[-OUTCOMES_SHOWN:])))
-    changed = thread_changed(hot)
-    if changed:
-        lines.append(tr("changed_in_git", lang, files=", ".join(changed[:CHANGED_SHOWN])))
+    if outcomes:  # the latest only: the briefing's room is for the files and the other work
+        lines.append(tr("brief_resolved", lang, items=outcome_text(outcomes[-1], lang, BRIEF_OUTCOME_CHARS)))
     recent = sorted(((tid, t) for tid, t in digest.items() if tid != hot["id"]),
                     key=lambda kv: ts_of(kv[1], "last_active"), reverse=True)
     own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
     files = list(dict.fromkeys(own[:BRIEF_OWN_FILES] + in_play))
     if files:
         lines.append(tr("brief_files", lang, files=", ".join(files[:BRIEF_FILES])))
+    changed = thread_changed(hot)
+    if changed:
+        lines.append(tr("changed_in_git", lang, files=", ".join(changed[:CHANGED_SHOWN])))
     if recent:
         lines.append(tr("brief_others", lang, items="; ".join(
             shorten(t.get("title", ""), BRIEF_TITLE_CHARS) + (f" ({', '.join(t['topics'][:3])})" if t.get("topics") else "")
