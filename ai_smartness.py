@@ -2033,7 +2033,6 @@ def is_inside(path, root):
     return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
 
-
 # Words that say a problem is solved (en, fr, es); "fixed" as an adjective ("fixed-width",
 # "fixed size") says nothing.
 _SOLVED_RE = LazyRe(
@@ -2065,6 +2064,7 @@ def resolution_of(text):
             if not (_NOT_RE.search(before) or _YET_RE.search(after) or _IF_RE.search(before)):
                 return shorten(sentence, OUTCOME_CHARS)
     return ""
+
 
 # ==== 5. Embedders ====
 # Every embedder has `id`, `dim` and `embed(texts) -> [array('f')]` of unit vectors. Vectors are
@@ -3673,10 +3673,10 @@ _DAY_NAMES = ("monday lundi lunes", "tuesday mardi martes", "wednesday mercredi 
 _DAY_RE = LazyRe("|".join(rf"(?P<d{i}>\b(?:{names.replace(' ', '|')})s?\b)" for i, names in enumerate(_DAY_NAMES)),
                  re.I)
 _DAY_PART_RE = LazyRe(r"(?P<morning>\bmornings?\b|\bmatin(?:ée)?s?\b|\b(?:la|esta) mañana\b)"
-                  r"|(?P<afternoon>\bafternoons?\b|\bapr[èe]s-midi\b|\b(?:la|esta) tarde\b)"
-                  r"|(?P<evening>\bevenings?\b|\btonight\b|\bsoir(?:ée)?s?\b|\b(?:la|esta) noche\b)"
-                  r"|(?P<night>\b(?:at|last|late|this|that|the|one|a|\w+day) nights?\b|\bovernight\b|\bnuits?\b"
-                  r"|\bmadrugada\b|\banoche\b)", re.I)
+                      r"|(?P<afternoon>\bafternoons?\b|\bapr[èe]s-midi\b|\b(?:la|esta) tarde\b)"
+                      r"|(?P<evening>\bevenings?\b|\btonight\b|\bsoir(?:ée)?s?\b|\b(?:la|esta) noche\b)"
+                      r"|(?P<night>\b(?:at|last|late|this|that|the|one|a|\w+day) nights?\b|\bovernight\b|\bnuits?\b"
+                      r"|\bmadrugada\b|\banoche\b)", re.I)
 
 
 def query_times(query):

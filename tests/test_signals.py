@@ -196,6 +196,17 @@ def test_git_changes_of_a_subfolder_project_are_relative_to_it(repo):
     assert ai.git_changes(str(repo / "src")) == ["app.py", "util.py"]
 
 
+def test_a_renamed_file_is_named_by_its_new_name(tmp_path):
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "old_name.py").write_text("def f():\n    return 1\n" * 5)
+    git(repo, "add", ".")
+    git(repo, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "init")
+    git(repo, "mv", "old_name.py", "new_name.py")
+    assert ai.git_changes(str(repo)) == ["new_name.py"]
+
+
 def test_no_repository_no_changes(tmp_path):
     folder = tmp_path / "plain"
     folder.mkdir()
