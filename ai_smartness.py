@@ -2045,24 +2045,31 @@ _SOLVED_RE = LazyRe(
 _NOT_RE = LazyRe(r"(?:\b(?:not|no|never|nothing|nor|neither|pas|jamais|plus|rien|ni|non|nunca|jam[aá]s|sin)\b"
                  r"|n't\b|n’t\b)[^.!?]{0,40}$", re.I)
 _YET_RE = LazyRe(r"^\W*(?:\w+\W+)?(?:yet|encore|todav[ií]a|a[uú]n)\b", re.I)
-# A conditional, a hedge or the future before it: no outcome yet.
+# A conditional, a hedge, the future or a plan before it ("let me summarise what was fixed",
+# "here's how I fixed it": a lead-in): no outcome yet.
 _IF_RE = LazyRe(r"\b(?:if|unless|once|when|whether|until|should|would|could|might|may|will|hopefully|maybe"
                 r"|perhaps|probably|to be|need|needs|try|trying|si|s'il|s’il|quand|lorsque|une fois|devrai(?:en)?t"
                 r"|pourrai(?:en)?t|sera|seront|serai(?:en)?t|peut-être|cuando|una vez|deber[ií]a|podr[ií]a|ser[aá]"
-                r"|ser[ií]a|quiz[aá]s?|tal vez|hay que)\b|'ll\b|’ll\b", re.I)
+                r"|ser[ií]a|quiz[aá]s?|tal vez|hay que|how|let me|let's|going to|je vais|on va|voy a|vamos a)\b"
+                r"|'ll\b|’ll\b", re.I)
 
 
 def resolution_of(text):
-    """The sentence of an answer that says a problem is fixed or solved (cut to OUTCOME_CHARS),
-    else "": not a question, not negated, not under a condition or in the future."""
-    for sentence in re.split(r"(?<=[.!?])\s+|\n+", text or ""):
-        sentence = sentence.strip(" -*#>`")
-        if not sentence or sentence.endswith("?") or sentence.startswith("¿"):
+    """The sentence of an answer that says a problem is fixed or solved, else "": not a
+    question, not negated, not under a condition, in the future or a plan. A short one ("Fixed!")
+    comes with the sentences after it up to CONCLUSION_HEAD_CHARS: they say what was fixed."""
+    sentences = [x.replace("**", "").strip(" -*#>`_✅🎉") for x in re.split(r"(?<=[.!?])\s+|\n+", text or "")]
+    sentences = [x for x in sentences if x]
+    for i, sentence in enumerate(sentences):
+        if sentence.endswith("?") or sentence.startswith("¿"):
             continue
         for found in _SOLVED_RE.finditer(sentence):
             before, after = sentence[:found.start()], sentence[found.end():]
             if not (_NOT_RE.search(before) or _YET_RE.search(after) or _IF_RE.search(before)):
-                return shorten(sentence, OUTCOME_CHARS)
+                end = i + 1
+                while end < len(sentences) and sum(map(len, sentences[i:end])) < CONCLUSION_HEAD_CHARS:
+                    end += 1
+                return shorten(" ".join(sentences[i:end]), OUTCOME_CHARS)
     return ""
 
 

@@ -52,12 +52,19 @@ NOT_SOLVED = [
 @pytest.mark.parametrize("text", SOLVED)
 def test_an_answer_that_says_a_problem_is_solved_gives_its_sentence(text):
     found = ai.resolution_of("Some context first.\n" + text + "\nNext: nothing.")
-    assert found and found in text  # its own sentence, not the context around it
+    assert found.startswith(text) or text.endswith(found)  # from its own sentence on, not the context before
 
 
 @pytest.mark.parametrize("text", NOT_SOLVED)
 def test_negations_questions_conditionals_and_adjectives_are_no_outcome(text):
     assert ai.resolution_of(text) == ""
+
+
+def test_a_short_outcome_comes_with_what_follows_and_a_lead_in_is_none():
+    assert ai.resolution_of("Fixed! 🎉\nThe popup now closes on Escape.") == "Fixed! The popup now closes on Escape."
+    assert ai.resolution_of("✅ **Fixed carousel restart bug** in the widget") == "Fixed carousel restart bug in the widget"
+    for text in ("How it works now:\n- the cache", "Let me summarise what was fixed:", "Voy a dejarlo arreglado."):
+        assert ai.resolution_of(text) == "", text
 
 
 def test_a_real_answer_that_reports_a_fix_is_recognised():
