@@ -365,7 +365,7 @@ WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", 
 # sentence that says a problem is solved.
 CHANGED_SHOWN, OUTCOMES_SHOWN, OUTCOME_CHARS = 6, 2, 200
 # Characters of the one outcome the briefing names (the latest).
-BRIEF_OUTCOME_CHARS = 80
+BRIEF_OUTCOME_CHARS = 60
 
 # ---- user rules ----
 # The longest sentence kept as a rule (longer is prose), the share of the inject budget the
@@ -6242,9 +6242,6 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang):
     if last:
         line += " " + tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS))
     lines = [shorten(line, BRIEF_WHERE_CHARS)]  # room left for the files
-    outcomes = thread_outcomes(hot)
-    if outcomes:  # the latest only: the briefing's room is for the files and the other work
-        lines.append(tr("brief_resolved", lang, items=outcome_text(outcomes[-1], lang, BRIEF_OUTCOME_CHARS)))
     recent = sorted(((tid, t) for tid, t in digest.items() if tid != hot["id"]),
                     key=lambda kv: ts_of(kv[1], "last_active"), reverse=True)
     own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
@@ -6254,6 +6251,9 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang):
     changed = thread_changed(hot)
     if changed:
         lines.append(tr("changed_in_git", lang, files=", ".join(changed[:CHANGED_SHOWN])))
+    outcomes = thread_outcomes(hot)
+    if outcomes:  # the latest only, after the files: their room decides a resumed session's start
+        lines.append(tr("brief_resolved", lang, items=outcome_text(outcomes[-1], lang, BRIEF_OUTCOME_CHARS)))
     if recent:
         lines.append(tr("brief_others", lang, items="; ".join(
             shorten(t.get("title", ""), BRIEF_TITLE_CHARS) + (f" ({', '.join(t['topics'][:3])})" if t.get("topics") else "")
