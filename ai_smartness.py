@@ -136,6 +136,7 @@ DEFAULT_CONFIG = {
         "max_tokens_per_call": 2000,  # ceiling on the answer's length of one call
         "failure_pause_seconds": 30.0,  # no call this long after a failed one, doubled per failure in a row
     },
+    "decision_reminder": False,  # Stop asks the agent for a one-line decision record after a fix
 }
 # Content larger than this is cut before anything else touches it.
 MAX_CAPTURE_CHARS = 20000
@@ -413,6 +414,21 @@ LLM_MAX_PAUSE_SECONDS = 3600.0
 # Characters of the system and user texts sent at most (redacted, then cut): one call can pass
 # the daily token cap by no more than this and its answer.
 LLM_MAX_SYSTEM_CHARS, LLM_MAX_USER_CHARS = 8000, 48000
+
+# ---- signals: files changed in git, time markers, resolved work ----
+# The hard limit on the git calls of one Stop, all together (within the stop hook's budget), the
+# changed files one Stop records, and the bytes of an untracked file read to tell a binary (a
+# NUL among them: git's own test).
+GIT_SECONDS, GIT_MAX_FILES, BINARY_SNIFF_BYTES = 5.0, 50, 8000
+# The local hour each part of the day starts at: morning 5-12, afternoon 12-18, evening 18-22,
+# night 22-5.
+DAY_PARTS = ((5, "morning"), (12, "afternoon"), (18, "evening"), (22, "night"))
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")  # tm_wday order
+# Changed files and resolved outcomes a view names (the newest), and the characters kept of the
+# sentence that says a problem is solved.
+CHANGED_SHOWN, OUTCOMES_SHOWN, OUTCOME_CHARS = 6, 2, 200
+# Characters of the one outcome the briefing names (the latest).
+BRIEF_OUTCOME_CHARS = 60
 
 # ---- user rules ----
 # The longest sentence kept as a rule (longer is prose), the share of the inject budget the
@@ -2202,6 +2218,46 @@ def is_inside(path, root):
     return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
 
+# Words that say a problem is solved (en, fr, es); "fixed" as an adjective ("fixed-width",
+# "fixed size") says nothing.
+_SOLVED_RE = LazyRe(
+    r"\b(?:fixed|solved|resolved|works now|now works|working again|works again|passes now|now passes"
+    r"|corrig[ée]e?s?|r[ée]solue?s?|r[ée]gl[ée]e?s?|r[ée]par[ée]e?s?|(?:fonctionne|marche) (?:maintenant|[àa] nouveau)"
+    r"|arreglad[oa]s?|solucionad[oa]s?|resuelt[oa]s?|corregid[oa]s?|reparad[oa]s?|(?:ya|ahora) funciona)\b"
+    r"(?!-|\s+(?:size|width|length|point|number|rate|cost|format|amount|interval|delay|value|price)s?\b)", re.I)
+# A negation among the few words before it ("not fixed yet", "pas encore corrigé", "todavía no
+# está resuelto"), or "yet" right after it.
+_NOT_RE = LazyRe(r"(?:\b(?:not|no|never|nothing|nor|neither|pas|jamais|plus|rien|ni|non|nunca|jam[aá]s|sin)\b"
+                 r"|n't\b|n’t\b)[^.!?]{0,40}$", re.I)
+_YET_RE = LazyRe(r"^\W*(?:\w+\W+)?(?:yet|encore|todav[ií]a|a[uú]n)\b", re.I)
+# A conditional, a hedge, the future or a plan before it ("let me summarise what was fixed",
+# "here's how I fixed it": a lead-in): no outcome yet.
+_IF_RE = LazyRe(r"\b(?:if|unless|once|when|whether|until|should|would|could|might|may|will|hopefully|maybe"
+                r"|perhaps|probably|to be|need|needs|try|trying|si|s'il|s’il|quand|lorsque|une fois|devrai(?:en)?t"
+                r"|pourrai(?:en)?t|sera|seront|serai(?:en)?t|peut-être|cuando|una vez|deber[ií]a|podr[ií]a|ser[aá]"
+                r"|ser[ií]a|quiz[aá]s?|tal vez|hay que|how|let me|let's|going to|je vais|on va|voy a|vamos a)\b"
+                r"|'ll\b|’ll\b", re.I)
+
+
+def resolution_of(text):
+    """The sentence of an answer that says a problem is fixed or solved, else "": not a
+    question, not negated, not under a condition, in the future or a plan. A short one ("Fixed!")
+    comes with the sentences after it up to CONCLUSION_HEAD_CHARS: they say what was fixed."""
+    sentences = [x.replace("**", "").strip(" -*#>`_✅🎉") for x in re.split(r"(?<=[.!?])\s+|\n+", text or "")]
+    sentences = [x for x in sentences if x]
+    for i, sentence in enumerate(sentences):
+        if sentence.endswith("?") or sentence.startswith("¿"):
+            continue
+        for found in _SOLVED_RE.finditer(sentence):
+            before, after = sentence[:found.start()], sentence[found.end():]
+            if not (_NOT_RE.search(before) or _YET_RE.search(after) or _IF_RE.search(before)):
+                end = i + 1
+                while end < len(sentences) and sum(map(len, sentences[i:end])) < CONCLUSION_HEAD_CHARS:
+                    end += 1
+                return shorten(" ".join(sentences[i:end]), OUTCOME_CHARS)
+    return ""
+
+
 # ==== 5. Embedders ====
 # Every embedder has `id`, `dim` and `embed(texts) -> [array('f')]` of unit vectors. Vectors are
 # stored with the id of the model that made them: vectors of different models are never
@@ -2804,6 +2860,50 @@ def note_thread_files(thread, msg):
     if len(files) > THREAD_FILES:
         keep = sorted(files, key=lambda p: (files[p].get("n", 0) > 0, files[p].get("at", "")))[-THREAD_FILES:]
         thread["files"] = {p: files[p] for p in keep}
+
+
+def message_signals(entry, ts):
+    """What a message carries beside its text: its time markers (time_markers), the files
+    changed in git when its turn ended (a Stop's `changed`), and for an answer, the sentence
+    that says a problem is solved (resolution_of)."""
+    part, day = time_markers(ts)
+    out = {"time_of_day": part, "day_of_week": day}
+    changed = entry.get("changed")
+    if isinstance(changed, list):
+        changed = [f for f in changed if isinstance(f, str) and f][:GIT_MAX_FILES]
+        if changed:
+            out["changed"] = changed
+    if entry.get("source") == "assistant":
+        outcome = resolution_of(entry.get("text"))
+        if outcome:
+            out["resolved"] = outcome
+    return out
+
+
+def thread_outcomes(thread):
+    """What the work on a thread resolved, oldest first, the one notion of "resolved" every
+    view shows: each failed command a later run fixed (`fixed_by`) and each answer that said a
+    problem is solved (`resolved`), as {"kind": "command"|"answer", "text", "at"}."""
+    out = []
+    for m in thread.get("messages", ()):
+        if m.get("fixed_by") and m.get("command"):
+            out.append({"kind": "command", "text": m["command"], "at": m.get("fixed_at") or m["ts"]})
+        if isinstance(m.get("resolved"), str) and m["resolved"]:
+            out.append({"kind": "answer", "text": m["resolved"], "at": m["ts"]})
+    out.sort(key=lambda o: ts_of(o, "at"))
+    return out
+
+
+def thread_changed(thread):
+    """The files changed in git while a thread was worked on, the most recently seen first."""
+    seen = {}
+    for m in thread.get("messages", ()):
+        for path in m.get("changed") if isinstance(m.get("changed"), list) else ():
+            if not isinstance(path, str):
+                continue
+            seen.pop(path, None)
+            seen[path] = m["ts"]
+    return list(reversed(seen))
 
 
 def effective_weight(thread, now, half_life_days):
@@ -4146,6 +4246,55 @@ def date_matches(ts, months, years):
     return (not months or t.tm_mon in months) and (not years or t.tm_year in years)
 
 
+_PART_NAMES = frozenset(name for _, name in DAY_PARTS)
+
+
+def time_markers(ts):
+    """(time_of_day, day_of_week) of a time, in the user's local time zone (DAY_PARTS)."""
+    t = time.localtime(ts)
+    part = DAY_PARTS[-1][1]  # before the first bound: the night before
+    for hour, name in DAY_PARTS:
+        if t.tm_hour >= hour:
+            part = name
+    return part, WEEKDAYS[t.tm_wday]
+
+
+def markers_of(msg):
+    """A message's time markers: as captured, or derived from its time (older records)."""
+    part, day = msg.get("time_of_day"), msg.get("day_of_week")
+    return (part, day) if day in WEEKDAYS and part in _PART_NAMES else time_markers(ts_of(msg, "ts"))
+
+
+# Names of the days (WEEKDAYS order) and of the parts of the day a query can use, en fr es.
+# "night" only as a time ("at night", "friday night": not "game night"); Spanish parts only
+# with their article ("mañana" alone is "tomorrow", "tarde" "late"); "noche" is both.
+_DAY_NAMES = ("monday lundi lunes", "tuesday mardi martes", "wednesday mercredi mi[ée]rcoles",
+              "thursday jeudi jueves", "friday vendredi viernes", "saturday samedi s[áa]bado",
+              "sunday dimanche domingo")
+_DAY_RE = LazyRe("|".join(rf"(?P<d{i}>\b(?:{names.replace(' ', '|')})s?\b)" for i, names in enumerate(_DAY_NAMES)),
+                 re.I)
+_DAY_PART_RE = LazyRe(r"(?P<morning>\bmornings?\b|\bmatin(?:ée)?s?\b|\b(?:la|esta) mañana\b)"
+                      r"|(?P<afternoon>\bafternoons?\b|\bapr[èe]s-midi\b|\b(?:la|esta) tarde\b)"
+                      r"|(?P<evening>\bevenings?\b|\btonight\b|\bsoir(?:ée)?s?\b|\b(?:la|esta) noche\b)"
+                      r"|(?P<night>\b(?:at|last|late|this|that|the|one|a|\w+day) nights?\b|\bovernight\b|\bnuits?\b"
+                      r"|\bmadrugada\b|\banoche\b)", re.I)
+
+
+def query_times(query):
+    """The days of the week (WEEKDAYS names) and parts of the day a query names, for the date
+    signal: "the fix from Friday evening" -> ({"friday"}, {"evening"})."""
+    days = {WEEKDAYS[int(k[1:])] for m in _DAY_RE.finditer(query or "") for k, v in m.groupdict().items() if v}
+    parts = {k for m in _DAY_PART_RE.finditer(query or "") for k, v in m.groupdict().items() if v}
+    if re.search(r"\b(?:la|esta) noche\b", query or "", re.I):
+        parts |= {"evening", "night"}
+    return days, parts
+
+
+def time_matches(markers, days, parts):
+    part, day = markers
+    return (not days or day in days) and (not parts or part in parts)
+
+
 def top_items(scores, limit):
     import heapq
     return heapq.nlargest(limit, scores.items(), key=lambda kv: kv[1])
@@ -4756,11 +4905,11 @@ def data_dir_of(project):
 
 
 def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=None, origin=None, files=None,
-                    op=None, failed=False, command=None):
+                    op=None, failed=False, command=None, changed=None):
     """Clean, redact and size a capture; None when it is noise. Shared by the CLI, the hooks
     and the daemon so every path stores the same thing. `files`: the project-relative paths
     the event touched, `op` what it did to them (FILE_OPS); `command` a shell command's first
-    line, `failed` when it failed."""
+    line, `failed` when it failed; `changed`: the files changed in git when a turn ended."""
     ts = time.time()
     if at:  # checked before anything is journaled: a bad time would poison every drain
         ts = valid_ts(at)
@@ -4782,6 +4931,8 @@ def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=N
         entry["command"] = clean_field(command, COMMAND_CHARS)
     if failed:
         entry["failed"] = True
+    if changed:
+        entry["changed"] = [clean_field(f, FILE_PATH_CHARS) for f in changed[:GIT_MAX_FILES]]
     return entry
 
 
@@ -5102,7 +5253,7 @@ class MemoryIndex:
         messages, with_vec, vecs = [], [], []
         for msg in thread["messages"]:
             raw = msg.pop("vec", None)
-            msg = self._compact(msg, ("source", "session", "file", "agent"))
+            msg = self._compact(msg, ("source", "session", "file", "agent", "time_of_day", "day_of_week"))
             if raw and current:
                 with_vec.append(msg["id"])
                 vecs.append(a2b_base64(raw))  # vec_decode() without its copies
@@ -5698,6 +5849,7 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
             else:
                 self._link_fix(msg, touched_t)
         msg.update(self.message_files(entry))
+        msg.update(message_signals(entry, now))
         self._add_message(thread, msg, vec, ext, now)
         touched_t.add(thread["id"])
         # Bridges to the other threads this content resembles, typed by its wording.
@@ -5873,7 +6025,8 @@ class Memory(MemoryWriter):
     def retrieve(self, query, limit=10, exclude=()):
         """Ranked messages for a query. One path for inject, recall and search:
         BM25 (over each message with the turn before it) blended with dense cosine, then the
-        best neighbour and best message of the same session, the dates the query names, the
+        best neighbour and best message of the same session, the dates, days and parts of the
+        day the query names (query_dates, query_times), the
         thread's similarity, recency, and bridges from the best thread. Messages are scored by
         row: as numpy vectors when numpy is there, else as dicts, to the same numbers and with
         the same ties (broken by message id)."""
@@ -5902,13 +6055,16 @@ class Memory(MemoryWriter):
             other = other_end(b, top_thread)
             bonus[other] = max(bonus.get(other, 0.0), bridge_confidence(b, now, self.cfg["bridge_half_life_days"]))
         months, years = query_dates(query)
+        days, parts = query_times(query)
         half_life = self.cfg["half_life_days"] * DAY
         extras = {}
         for row, _ in cand:
             tid, ts = tids[self.row_thread[row]], self.row_ts[row]
             extras[row] = (w["thread"] * thread_sim[tid] + w["bridge"] * bonus.get(tid, 0.0)
                            + w["recency"] * decay(now - ts, half_life)
-                           + (w["date"] if (months or years) and date_matches(ts, months, years) else 0.0))
+                           + (w["date"] if (months or years) and date_matches(ts, months, years) else 0.0)
+                           + (w["date"] if (days or parts) and time_matches(markers_of(self.msgs[keys[row]]), days, parts)
+                              else 0.0))
         best = scoring.fuse(extras, limit, lambda row: (row not in extras, keys[row]))
         hits = []
         for row, score in best:
@@ -6051,11 +6207,12 @@ class Memory(MemoryWriter):
                 "inbox_pending": len(self.store.inbox_pending())}
 
 
-def item_line(msg, lang, text=None):
-    """One recalled message: its date, who said it when it was the agent, the text (or `text`),
-    and for a command that failed, when it was fixed. How long ago it was sits on its thread's
-    header line."""
-    line = f"[{format_date(ts_of(msg, 'ts'), lang)}] {source_label(msg.get('source'))}{msg['text'] if text is None else text}"
+def item_line(msg, lang, text=None, when=False):
+    """One recalled message: its date (and with `when`, its day of the week and part of the
+    day), who said it when it was the agent, the text (or `text`), and for a command that
+    failed, when it was fixed. How long ago it was sits on its thread's header line."""
+    date = format_date(ts_of(msg, "ts"), lang) + (", " + when_label(markers_of(msg), lang) if when else "")
+    line = f"[{date}] {source_label(msg.get('source'))}{msg['text'] if text is None else text}"
     if msg.get("fixed_at"):
         line = line.replace(" [failed]", " [" + tr("outcome_fixed", lang, date=format_date(ts_of(msg, "fixed_at"), lang)) + "]", 1)
     return line
@@ -6132,7 +6289,8 @@ def render_recall(query, threads, messages, related, reactivated, now, lang, hal
         if t["id"] in reactivated:
             lines.append("  " + tr("recall_reactivated", lang))
         lines.append("  " + tr("recall_summary", lang, summary=t.get("summary", "")))
-        lines += ["  - " + agent_tag(m) + shorten(item_line(m, lang), 500) for m in messages.get(t["id"], [])]
+        lines += signal_lines(t, lang)
+        lines += ["  - " + agent_tag(m) + shorten(item_line(m, lang, when=True), 500) for m in messages.get(t["id"], [])]
     if related:
         lines += ["", tr("recall_bridges", lang)]
         lines += ["  - " + render_related(rel, lang) for rel in related[:6]]
@@ -6144,7 +6302,8 @@ def render_thread(thread, related, now, lang, half_life_days):
     threads merged into it."""
     lines = [render_thread_header(thread, now, lang, half_life_days),
              "  " + tr("recall_summary", lang, summary=thread.get("summary", ""))]
-    lines += ["  - " + agent_tag(m) + shorten(item_line(m, lang), 600) for m in thread["messages"][-15:]]
+    lines += signal_lines(thread, lang)
+    lines += ["  - " + agent_tag(m) + shorten(item_line(m, lang, when=True), 600) for m in thread["messages"][-15:]]
     lines += ["  ~ " + render_related(rel, lang) for rel in related[:8]]
     lines += ["  + " + tr("thread_merged", lang, title=m.get("title", m["id"]), id=m["id"], n=m.get("messages", 0),
                           date=format_date(ts_of(m, "at"), lang)) for m in thread.get("merged") or ()]
@@ -6156,6 +6315,34 @@ def render_thread_header(thread, now, lang, half_life_days):
     return tr("recall_thread", lang, title=thread["title"], id=thread["id"], status=tr("status_" + thread["status"], lang),
               weight=f"{effective_weight(thread, now, half_life_days):.2f}",
               topics=", ".join(thread.get("topics", [])), age=age_ago(now - ts_of(thread, "last_active"), lang))
+
+
+def when_label(markers, lang):
+    """'Friday evening' (time_markers' pair) in the configured language."""
+    part, day = markers
+    days, parts = tr("day_names", lang).split(), tr("day_parts", lang).split("|")
+    names = [name for _, name in DAY_PARTS]
+    return tr("when", lang, day=days[WEEKDAYS.index(day)] if len(days) == 7 else day,
+              part=parts[names.index(part)] if len(parts) == len(names) else part)
+
+
+def outcome_text(outcome, lang, chars=OUTCOME_CHARS):
+    """One thread_outcomes() item: what was resolved, and when."""
+    return tr("outcome_resolved", lang, text=shorten(outcome["text"], chars).rstrip(".!"),
+              date=format_date(ts_of(outcome, "at"), lang))
+
+
+def signal_lines(thread, lang):
+    """A thread's resolved outcomes and files changed in git, as the lines of its views."""
+    lines = []
+    outcomes = thread_outcomes(thread)
+    if outcomes:
+        lines.append("  " + tr("brief_resolved", lang, items="; ".join(
+            outcome_text(o, lang) for o in outcomes[-OUTCOMES_SHOWN:])))
+    changed = thread_changed(thread)
+    if changed:
+        lines.append("  " + tr("changed_in_git", lang, files=", ".join(changed[:CHANGED_SHOWN])))
+    return lines
 
 
 def render_related(rel, lang):
@@ -7535,15 +7722,18 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang):
     if last:
         line += " " + tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS))
     lines = [shorten(line, BRIEF_WHERE_CHARS)]  # room left for the files
-    resolved = [m["command"] for m in hot.get("messages", []) if m.get("fixed_by") and m.get("command")]
-    if resolved:
-        lines.append(tr("brief_resolved", lang, items="; ".join(shorten(c, 60) for c in resolved[-2:])))
     recent = sorted(((tid, t) for tid, t in digest.items() if tid != hot["id"]),
                     key=lambda kv: ts_of(kv[1], "last_active"), reverse=True)
     own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
     files = list(dict.fromkeys(own[:BRIEF_OWN_FILES] + in_play))
     if files:
         lines.append(tr("brief_files", lang, files=", ".join(files[:BRIEF_FILES])))
+    changed = thread_changed(hot)
+    if changed:
+        lines.append(tr("changed_in_git", lang, files=", ".join(changed[:CHANGED_SHOWN])))
+    outcomes = thread_outcomes(hot)
+    if outcomes:  # the latest only, after the files: their room decides a resumed session's start
+        lines.append(tr("brief_resolved", lang, items=outcome_text(outcomes[-1], lang, BRIEF_OUTCOME_CHARS)))
     if recent:
         lines.append(tr("brief_others", lang, items="; ".join(
             shorten(t.get("title", ""), BRIEF_TITLE_CHARS) + (f" ({', '.join(t['topics'][:3])})" if t.get("topics") else "")
@@ -7723,17 +7913,122 @@ def hook_failure(store, payload, mem):
     return ""
 
 
-@hook("stop", event="Stop", budget=3.0)
+def run_git(folder, args, deadline):
+    """git's stdout for `args` run in `folder`, or None: not a repository, no git, an error,
+    or past `deadline` (time.monotonic()), when its whole process group is killed. No lock is
+    taken on the user's index (GIT_OPTIONAL_LOCKS=0) and nothing is asked on a terminal."""
+    import subprocess
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return None
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    try:
+        proc = subprocess.Popen(["git", "-c", "core.quotepath=off", *args], cwd=folder, env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    except (OSError, ValueError):
+        return None
+    try:
+        out, _ = proc.communicate(timeout=left)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, 9)  # SIGKILL to the group: a hung child must not outlive us
+        except OSError:
+            pass
+        proc.wait()
+        proc.stdout.close()  # a grandchild that left the group may hold the pipe: no read
+        return None
+    return out if proc.returncode == 0 else None
+
+
+def is_binary_file(path):
+    """True for a file whose head holds a NUL (git's test), and for anything but a regular file
+    (a link, a fifo: never followed, never waited on)."""
+    import stat
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return True
+    try:
+        return not stat.S_ISREG(os.fstat(fd).st_mode) or b"\0" in os.read(fd, BINARY_SNIFF_BYTES)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def in_git_tree(folder):
+    """True when `folder` or a folder above it holds .git (or GIT_DIR names one): git's own
+    discovery, without starting it."""
+    if os.environ.get("GIT_DIR"):
+        return True
+    path = os.path.abspath(folder)
+    while True:
+        if os.path.lexists(os.path.join(path, ".git")):
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+
+
+def git_changes(folder, seconds=GIT_SECONDS):
+    """The files of `folder` changed in its git work tree when a turn ends: staged, unstaged and
+    untracked ones (new files an agent wrote are untracked until added), ignored files, binaries
+    and our own data dir left out, relative to `folder`, at most GIT_MAX_FILES. [] when it is no
+    repository or git is missing; what was found when the `seconds` for all calls run out."""
+    if not in_git_tree(folder):
+        return []  # no process started where there is nothing to ask
+    deadline = time.monotonic() + seconds
+    found = {}
+    for args, counted in ((("diff", "--cached", "--numstat", "-z", "--relative"), True),
+                          (("diff", "--numstat", "-z", "--relative"), True),
+                          (("ls-files", "--others", "--exclude-standard", "-z"), False)):
+        out = run_git(folder, args, deadline)
+        if out is None:
+            break
+        fields = iter(out.decode("utf-8", "replace").split("\0"))
+        for field in fields:
+            if counted:
+                parts = field.split("\t", 2)
+                if len(parts) < 3:
+                    continue
+                path = parts[2]
+                if not path:  # a rename: its old name, then its new one
+                    next(fields, "")
+                    path = next(fields, "")
+                if parts[0] == "-" and parts[1] == "-":
+                    continue  # numstat's mark of a binary
+            else:
+                path = field
+                if not path or is_binary_file(os.path.join(folder, path)):
+                    continue
+            if path and path.split("/", 1)[0] != ".ai":
+                found[path] = None
+    return list(found)[:GIT_MAX_FILES]
+
+
+@hook("stop", event="Stop", budget=8.0)
 def hook_stop(store, payload, mem):
+    """The agent's last answer, with the files changed in git (one bounded git look, before the
+    journal so that one entry carries both; the budget is deferred until it is written) and,
+    when configured, a request for a one-line decision record after a fix."""
     text = payload.get("last_assistant_message")
     if not isinstance(text, str) or not text.strip():
         text = last_assistant_text(payload.get("transcript_path"))
     if text:
-        journal(store, with_turn(prepare_capture(text, "assistant", session_id=payload.get("session_id")), payload))
+        changed = git_changes(os.path.dirname(store.dir))
+        journal(store, with_turn(prepare_capture(text, "assistant", session_id=payload.get("session_id"),
+                                                 changed=changed), payload))
     hb = store.heartbeat()
     done = {"last_conclusion": cut_redacted(conclusion_of(strip_markup(text)), FIELD_CHARS)} if text else {}
     store.update_heartbeat(beats=int(hb.get("beats", 0)) + 1, last_session=payload.get("session_id"),
                            last_thread=store.state().get("hot_thread"), last_interaction=iso(time.time()), **done)
+    cfg = mem.cfg if mem else store.config()
+    if text and cfg.get("decision_reminder") and not payload.get("stop_hook_active") and resolution_of(text):
+        # Stop fires again with stop_hook_active once the agent answered: asked once, never a loop.
+        return json.dumps({"decision": "block", "reason": tr("stop_decision_reminder", cfg["language"])},
+                          ensure_ascii=False)
     return ""
 
 
@@ -8863,10 +9158,12 @@ def do_import(cli, args):
 
 
 def thread_row(t, now, half_life):
+    part, day = time_markers(ts_of(t, "last_active"))
     return {"id": t["id"], "title": t["title"], "status": t["status"], "messages": len(t["messages"]),
             "weight": round(effective_weight(t, now, half_life), 3), "topics": t.get("topics", []),
             "last_active": t.get("last_active"), "origin_type": t.get("origin_type"),
-            "parent_id": t.get("parent_id")}
+            "parent_id": t.get("parent_id"), "time_of_day": part, "day_of_week": day,
+            "resolved": thread_outcomes(t), "changed": thread_changed(t)}
 
 
 def do_status(cli, args):
@@ -8919,7 +9216,9 @@ def do_threads(cli, args):
             if args.status == "all" or t["status"] == args.status]
     rows.sort(key=lambda r: r["last_active"] or "", reverse=True)
     rows = rows[: args.limit]
-    text = "\n".join(f"{r['id']}  {r['status']:<9} w={r['weight']:.2f} n={r['messages']:<3} {r['title']}"
+    text = "\n".join("\n".join([f"{r['id']}  {r['status']:<9} w={r['weight']:.2f} n={r['messages']:<3} {r['title']}"
+                                 f"  ({when_label((r['time_of_day'], r['day_of_week']), cli.lang)})",
+                                 *("  " + x for x in signal_lines(mem.threads[r["id"]], cli.lang))])
                      for r in rows) or tr("none", cli.lang)
     return emit(args, rows, text)
 
@@ -8933,6 +9232,7 @@ def do_thread(cli, args):
     t = mem.threads[args.id]
     data = {k: v for k, v in t.items() if not k.startswith("_")}
     data["messages"] = [{k: v for k, v in m.items() if not k.startswith("_")} for m in t["messages"]]
+    data.update(resolved=thread_outcomes(t), changed=thread_changed(t))
     return emit(args, data, mem.thread_view(args.id))
 
 

@@ -263,6 +263,6 @@ def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_wo
     assert lines[0].startswith('Where the work stopped: "parser speed-up" (1 h ago). Topics: parser, tokens, cache.')
     assert "Task: make the parser twice as fast." in lines[0]
     assert "Last: Done ✅ The parser now caches tokens. Next: profile the lexer." in lines[0]
-    assert "Resolved: pytest tests/test_parser.py." in text
+    assert "Resolved: pytest tests/test_parser.py (" in text  # with its date
     assert "Files touched last: src/parser.py, src/lexer.py." in text  # the last thread's first, no twice
     assert "Other recent work: login form (login, validation)" in text

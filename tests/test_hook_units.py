@@ -69,6 +69,24 @@ def test_each_hook_is_declared_once_with_its_event_budget_and_route():
     assert ai.hook_named("nonsense") is None
 
 
+@pytest.mark.parametrize("template", ["settings.template.json", "hooks/hooks.json", "codex.template.json",
+                                      "gemini.template.json"])
+def test_every_installed_hook_ends_its_work_well_before_the_client_kills_it(template):
+    """A hook's own budget is at most two thirds of the timeout its client gives it: it answers (or
+    gives up, fail open) before the client has to kill it. Gemini counts milliseconds."""
+    doc = json.loads((ROOT / template).read_text())
+    scale = 1000 if template.startswith("gemini") else 1
+    seen = set()
+    for entries in doc["hooks"].values():
+        for entry in entries:
+            for h in entry["hooks"]:
+                words = h.get("args") or h["command"].split()
+                name = words[-1] if "args" in h else words[words.index("#") - 1]
+                seen.add(name)
+                assert ai.HOOKS[name].budget * 3 <= 2 * h["timeout"] / scale, (template, name, h["timeout"])
+    assert seen <= set(ai.HOOKS) and "stop" in seen
+
+
 # ---- parse_payload: the bad-input matrix ----
 
 BAD_INPUTS = {
