@@ -460,12 +460,11 @@ RECALL_COMMAND_WORDS = 16
 IMPORT_FORMATS = ("claude-jsonl", "codex-jsonl", "gemini-json", "cline-json", "continue-json", "raw-json")
 # Bytes read to detect a format; the largest single-JSON transcript read (JSONL is streamed).
 IMPORT_SNIFF_BYTES, IMPORT_MAX_JSON_BYTES = 65536, 256 * 1024 * 1024
-# Captures journaled between two drains: the inbox stays small and the progress bar honest.
-IMPORT_DRAIN_EVERY = 256
+# Captures journaled between two drains (the inbox stays small and the progress bar honest), and
+# corrupt lines named one by one on stderr before they are only counted.
+IMPORT_DRAIN_EVERY, IMPORT_CORRUPT_SHOWN = 256, 5
 # Bytes of the digest that keys a capture to its event (the same for the hooks and an import).
 CAPTURE_KEY_BYTES = 10
-# Corrupt lines named one by one on stderr, before they are only counted.
-IMPORT_CORRUPT_SHOWN = 5
 
 # ---- LLM work (what the optional LLM backend is asked, always in the daemon's background) ----
 # A pass runs after a drain once this many captures were applied since the last one, or once
