@@ -458,6 +458,8 @@ RECALL_COMMAND_WORDS = 16
 # ---- transcript import ----
 # Formats `import` reads (auto: detected from the first bytes of each file).
 IMPORT_FORMATS = ("claude-jsonl", "codex-jsonl", "gemini-json", "cline-json", "continue-json", "raw-json")
+# The agent whose transcripts a format holds (its imported messages name it, as its hooks would).
+IMPORT_AGENTS = {"claude-jsonl": "claude", "codex-jsonl": "codex", "gemini-json": "gemini"}
 # Bytes read to detect a format; the largest single-JSON transcript read (JSONL is streamed).
 IMPORT_SNIFF_BYTES, IMPORT_MAX_JSON_BYTES = 65536, 256 * 1024 * 1024
 # Captures journaled between two drains (the inbox stays small and the progress bar honest), and
@@ -9007,12 +9009,23 @@ def history_paths(project, home):
 
 
 def import_events(path, fmt, stats, progress):
-    """The events of one transcript (see claude_events), its format detected when `fmt` is
-    auto. JSONL is streamed line by line; a corrupt line is counted, named on stderr (the
-    first few) and skipped; `progress(bytes)` follows the reading."""
+    """The events of one transcript (see claude_events), each payload naming the agent that
+    wrote the transcript when it is one the hooks know (its messages record it as a hook's
+    would)."""
+    found = {}
+    for kind, payload in _transcript_events(path, fmt, stats, progress, found):
+        if IMPORT_AGENTS.get(found.get("fmt")) in AGENTS:
+            payload[AGENT_KEY] = IMPORT_AGENTS[found["fmt"]]
+        yield kind, payload
+
+
+def _transcript_events(path, fmt, stats, progress, found):
+    """import_events' reading: the format detected when `fmt` is auto (kept in `found`). JSONL
+    is streamed line by line; a corrupt line is counted, named on stderr (the first few) and
+    skipped; `progress(bytes)` follows the reading."""
     with open(path, "rb") as fh:
         head = fh.read(IMPORT_SNIFF_BYTES)
-        fmt = sniff_format(head) if fmt == "auto" else fmt
+        fmt = found["fmt"] = sniff_format(head) if fmt == "auto" else fmt
         if fmt is None:
             stats["unknown_files"] += 1
             return

@@ -63,6 +63,7 @@ def test_every_claude_code_transcript_imports(project):
                                                    "61ddcbba-cf39-4052-b41c-c444f6cf0fdf"}
     # Each message keeps its record's own time, not the time of the import.
     assert max(ai.valid_ts(m["ts"]) for m in stored) < ai.valid_ts("2026-05-01T00:00:00Z")
+    assert {m.get("agent") for m in stored} == {"claude"}
     prompt = next(m for m in stored if m["text"].startswith("READ THIS https://craigmbrown.com"))
     assert prompt["ts"].startswith("2026-04-25T23:16:51")
 
@@ -233,6 +234,7 @@ def test_codex_rollout(project, tmp_path):
     assert any("time.monotonic" in t and m["source"] == "assistant" for t, m in zip(got, stored))
     assert not any("environment_context" in t or "on-request" in t for t in got)
     assert {m["session"] for m in stored} == {"019a2d7a-41c4-78b1-b7cc-a45d62a89cd5"}
+    assert {m.get("agent") for m in stored} == {"codex"}  # as Codex's own hooks would record
 
 
 # ---- Gemini CLI ----
@@ -245,6 +247,7 @@ def test_gemini_chat(project):
     assert prompt["ts"].startswith("2026-04-01T11:11:56") and prompt["source"] == "prompt"
     assert {m["session"] for m in stored} == {"5cdd2021-574a-483d-8a4b-1b97e8bbce88"}
     assert any(m["source"] == "assistant" for m in stored)
+    assert {m.get("agent") for m in stored} == {"gemini"}
 
 
 # ---- Cline ----
@@ -303,6 +306,7 @@ def test_cline_task(project, tmp_path):
     # The task id is its start time in milliseconds: the messages keep that day.
     assert all(m["ts"].startswith("2024-11-12") for m in stored)
     assert {m["session"] for m in stored} == {"1731403200000"}
+    assert not any("agent" in m for m in stored)  # Cline has no hooks here: no agent name
 
 
 # ---- Continue ----

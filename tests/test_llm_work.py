@@ -431,3 +431,28 @@ def test_bad_output_and_rule_verdicts_change_nothing(project):
     assert {c[0] for c in mem.llm.calls} == {"outputs", "rules"}
     assert not {"dropped", "condensed", "llm_used"} & set(mem.msgs[mid])
     assert mem.store.rules() == rules
+
+
+def test_a_replay_that_wants_more_calls_than_the_cap_makes_exactly_the_cap_and_health_says_so(project, monkeypatch,
+                                                                                               capsys):
+    """The real LLM against the stand-in, capped at 3 calls a day: a replay whose passes would
+    ask far more makes exactly 3 requests, then runs on the heuristics; health warns."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "dummy-key")
+    with FakeAnthropic(llm=lambda body: titles_reply(body)) as api:
+        (project / ".ai").mkdir(mode=0o700, exist_ok=True)
+        (project / ".ai" / "config.json").write_text(json.dumps({"llm": {
+            "backend": "anthropic", "base_url": api.url, "max_calls_per_day": 3, "max_calls_per_capture": 0}}))
+        mem = ai.open_memory(str(project))
+        mem.llm = ai.LLM(mem.store, mem.store.config())
+        texts = topics_data.interleaved() * 3
+        for _, text in texts:
+            mem.capture(text)
+            mem.llm_work.threads.update(dict.fromkeys(mem.threads))  # every thread due again
+            mem.llm_work.run(force=True)
+        assert len(api.bodies("llm")) == 3 < len(texts)
+    assert mem.llm.report()["capped"] == "max_calls_per_day"
+    capsys.readouterr()
+    assert ai.main(["--project", str(project), "health", "--json"]) == 0
+    health = json.loads(capsys.readouterr().out)
+    assert health["llm"]["capped"] == "max_calls_per_day" and health["llm"]["left"]["calls"] == 0
+    assert any("max_calls_per_day" in w for w in health["warnings"])
