@@ -26,7 +26,7 @@ Life of a capture (a tool result; a prompt or the agent's answer goes the same w
     3. hook_capture(): capture_entry() has tool_capture() pick the text, prepare_capture()
        clean and redact it and with_turn() key it (capture_key(): `import` of the transcript
        later finds the same key), journal() writes it to .ai/inbox/ (Store.inbox_append()).
-       The hook exits 0, silent.
+       The hook exits 0, silent, without the interpreter's teardown (hook_command()).
     4. In the daemon, Daemon._drain() lists the inbox; EmbedAhead.plan() has the embedding
        workers compute its vectors ahead, outside the memory lock.
     5. MemoryWriter.drain_entries() -> MemoryWriter._apply(): decide() continues, forks or
@@ -9515,6 +9515,18 @@ def main(argv=None):
             import traceback
             cli.store.log.error("command failed", command=args.command, error=traceback.format_exc())
         return fail(exc, 1)
+
+
+def hook_command(argv):
+    """Entry of the hook commands the templates install: main(), its answer flushed, then
+    os._exit. By then every file the hook wrote is closed (raw descriptors, closed at once), so
+    the interpreter's teardown, about 3 ms of every hook on the client's critical path, is skipped."""
+    code = main(argv)
+    try:
+        sys.stdout.flush()
+    except OSError:
+        pass  # the client closed the pipe: nothing more to tell it
+    os._exit(code or 0)
 
 
 def fail(exc, code):

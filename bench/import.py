@@ -40,7 +40,7 @@ import ai_smartness as ai  # noqa: E402
 FIXTURES = os.path.join(os.path.dirname(REPO_ROOT), "shared", "fixtures", "claude-code", "transcripts")
 # The hook command install.sh writes (settings.template.json), the module from this checkout.
 HOOK_CMD = ["-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import ai_smartness; "
-            "ai_smartness.main(sys.argv[2:])", REPO_ROOT, "hook"]
+            "ai_smartness.hook_command(sys.argv[2:])", REPO_ROOT, "hook"]
 HOOK_OF = {"prompt": "inject", "tool": "capture", "failure": "failure", "answer": "stop"}
 WORDS = ("ledger refund invoice parser cache schema migration token session queue worker retry "
          "webhook payment tenant quota metric alert deploy rollback canary shard replica index "

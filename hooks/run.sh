@@ -18,8 +18,8 @@ if [ ! -x "$py" ]; then
 fi
 # -I: no user paths (a project's json.py shadows nothing). Hooks also skip site (-S), as the
 # installed ones do; the MCP server keeps it: it may embed in-process with the venv's model.
-main='import sys; sys.path.insert(0, sys.argv[1]); import ai_smartness; sys.exit(ai_smartness.main(sys.argv[2:]))'
+load='import sys; sys.path.insert(0, sys.argv[1]); import ai_smartness'
 if [ "${1:-}" = hook ]; then
-  exec "$py" -I -S -c "$main" "$root" "$@"
+  exec "$py" -I -S -c "$load; ai_smartness.hook_command(sys.argv[2:])" "$root" "$@"
 fi
-exec "$py" -I -c "$main" "$root" "$@"
+exec "$py" -I -c "$load; sys.exit(ai_smartness.main(sys.argv[2:]))" "$root" "$@"

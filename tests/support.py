@@ -46,7 +46,7 @@ def event_hooks():
 
 # The command settings.template.json installs, with the module taken from this checkout.
 INSTALLED = ["-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import ai_smartness; "
-             "ai_smartness.main(sys.argv[2:])", str(ROOT)]
+             "ai_smartness.hook_command(sys.argv[2:])", str(ROOT)]
 # Top-level keys Claude Code accepts from a command hook.
 TOP_KEYS = {"hookSpecificOutput", "continue", "stopReason", "suppressOutput", "systemMessage", "decision", "reason"}
 

@@ -18,8 +18,6 @@ from conftest import ROOT
 
 EVENT_OF = {h.name: h.event for h in ai.HOOKS.values()}
 TOP_KEYS = {"hookSpecificOutput", "continue", "stopReason", "suppressOutput", "systemMessage", "decision", "reason"}
-INSTALLED = ["-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import ai_smartness; "
-             "ai_smartness.main(sys.argv[2:])", str(ROOT)]
 
 
 @pytest.fixture

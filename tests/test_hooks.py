@@ -7,6 +7,8 @@ import fcntl
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,8 +16,8 @@ import pytest
 
 import ai_smartness as ai
 from conftest import cli, cli_json, fixtures_dir
-from support import (SESSION, check_contract, event_hooks, failures, hook_events, installed_hook, log_records,
-                     post_payload, prompt_payload, read_payload, stop_payload, store_of, wait_for)
+from support import (INSTALLED, SESSION, as_stdin, check_contract, event_hooks, failures, hook_events,
+                     installed_hook, log_records, post_payload, prompt_payload, read_payload, stop_payload, store_of, wait_for)
 
 HOOK_OF = hook_events()  # Claude Code event -> our hook; other events go to `capture`, which ignores them
 EVENT_OF = event_hooks()
@@ -290,6 +292,18 @@ def leaderboard(proj):
                                 {"stdout": "4 passed: leaderboard ranks ties by earliest score", "stderr": ""}), proj)
     messages(proj)
     return proj
+
+
+def test_a_client_that_stopped_reading_sees_exit_0_and_no_traceback(route, leaderboard):
+    """The answer goes to a closed pipe: the hook exits 0 silently (the flush before the hard
+    exit fails quietly; a normal interpreter exit would report the error and exit 120)."""
+    payload = read_payload(".ai/recall/leaderboard redis", project=leaderboard)
+    proc = subprocess.Popen([sys.executable, *INSTALLED, "hook", "pretool"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, CLAUDE_PROJECT_DIR=str(leaderboard)))
+    proc.stdout.close()
+    _, err = proc.communicate(as_stdin(payload), timeout=60)
+    assert proc.returncode == 0 and err == b""
 
 
 def test_recall_absolute_and_relative(route, leaderboard):

@@ -255,7 +255,7 @@ def test_template_is_the_hooks_block():
     for event, groups in hooks.items():
         (h,) = groups[0]["hooks"]
         assert h["command"] == ("'{{PYTHON}}' -I -S -c 'import sys; sys.path.insert(0, sys.argv[1]); "
-                                "import ai_smartness; ai_smartness.main(sys.argv[2:])' "
+                                "import ai_smartness; ai_smartness.hook_command(sys.argv[2:])' "
                                 f"'{{{{AI_DIR}}}}' hook {HOOKS[event]} {MARKER}")
 
 
