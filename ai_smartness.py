@@ -1485,7 +1485,8 @@ class Store:
         query = redact(query)
         slug = re.sub(r"[^a-z0-9]+", "-", query.lower()).strip("-")[:60] or "recall"
         path = os.path.join(self.recall_dir, f"{slug}-{blake2b(query.encode(), digest_size=8).hexdigest()}.md")
-        write_bytes_atomic(path, (text if text.endswith("\n") else text + "\n").encode("utf-8"))
+        # Atomic, not synced: a cache the Read takes at once, and the next recall rewrites.
+        write_bytes_atomic(path, (text if text.endswith("\n") else text + "\n").encode("utf-8"), sync=False)
         return path
 
     def read_recall(self, path, limit=RECALL_REASON_CHARS):
