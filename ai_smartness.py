@@ -223,15 +223,15 @@ MERGE_LINKS = 20
 # capture's cosines to the threads count only above its background (rebased_cosines). The
 # languages each embedder (by id) was made for; an embedder not listed serves every language.
 EMBEDDER_LANGUAGES = {MINILM_ID: frozenset({"en"})}
-# Function words that name a text's language (words two of them share are left out), and the
-# characters of a text read to find it.
+# Function words that name a text's language (none shared with English, such as "con", "hay"
+# or "ya"; French and Spanish share a few), and the characters of a text read to find it.
 LANGUAGE_MARKERS = {
     "en": frozenset("the of and to is are was were for with this that it from when what how why "
                     "should does not be by at an has have will can".split()),
-    "fr": frozenset("une est sont pour dans avec sans sur pas qui au aux du des et ce cette il elle ne "
-                    "à quand trop après être".split()),
-    "es": frozenset("el los las del una para con sin por es está están muy pero cuando y ya al hay lo "
-                    "ser".split()),
+    "fr": frozenset("la de en que une est sont pour dans avec sans sur pas qui au aux du des et ce cette "
+                    "il elle ne à quand trop après être".split()),
+    "es": frozenset("la de en que el los las del una para por es está están muy pero cuando y como porque "
+                    "también desde hasta ser".split()),
 }
 LANGUAGE_SAMPLE_CHARS = 1000
 # Large stores: threads (by centroid and by best lexical match) whose messages get a dense score.
@@ -3010,13 +3010,13 @@ def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None
                 borderline=bool(best_active) and active_score >= th["borderline"])
 
 
-def text_language(text):
-    """The language of LANGUAGE_MARKERS whose function words a text uses most, or None when
-    none leads (a terse note of names and code words)."""
+def text_languages(text):
+    """The languages of LANGUAGE_MARKERS whose function words a text uses most (a set: "de la"
+    is French or Spanish), empty without any (a terse note of names and code words)."""
     words = re.findall(r"[^\W\d_]+", (text or "")[:LANGUAGE_SAMPLE_CHARS].lower())
-    counts = sorted(((sum(w in marks for w in words), lang) for lang, marks in LANGUAGE_MARKERS.items()),
-                    reverse=True)
-    return counts[0][1] if counts[0][0] > counts[1][0] else None
+    counts = {lang: sum(w in marks for w in words) for lang, marks in LANGUAGE_MARKERS.items()}
+    top = max(counts.values())
+    return {lang for lang, n in counts.items() if n == top} if top else set()
 
 
 def rebased_cosines(candidates, content_topics):
@@ -5536,16 +5536,19 @@ class ThreadPlacement:
             return None
         return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[found]]])
 
-    def foreign(self, text):
-        """Whether a text is in a language the embedder was not made for (EMBEDDER_LANGUAGES)."""
+    def foreign(self, msgs):
+        """Whether what people said in `msgs` (dicts with text and source; tool output is code
+        and names, not a language) is in a language the embedder was not made for
+        (EMBEDDER_LANGUAGES)."""
         langs = EMBEDDER_LANGUAGES.get(getattr(self.embedder, "id", None))
-        lang = text_language(text) if langs else None
-        return lang is not None and lang not in langs
+        said = " ".join(m["text"] for m in msgs if m.get("source") in SAID_SOURCES) if langs else ""
+        found = text_languages(said) if said else set()
+        return bool(found) and not found & langs
 
-    def decision_sims(self, text, topics, candidates):
+    def decision_sims(self, entry, topics, candidates):
         """similarity() of a capture to each candidate thread, its cosines rebased
-        (rebased_cosines) when the text is foreign to the embedder."""
-        cosines = rebased_cosines(candidates, topics) if self.foreign(text) else [c for _, c in candidates]
+        (rebased_cosines) when it is foreign to the embedder."""
+        cosines = rebased_cosines(candidates, topics) if self.foreign([entry]) else [c for _, c in candidates]
         return [similarity(cos, topics, t.get("topics")) for (t, _), cos in zip(candidates, cosines)]
 
     def thread_id_of(self, tid):
@@ -5605,7 +5608,7 @@ class ThreadPlacement:
             for tid in list(total) + [t for t in best if t not in total]:  # none near: 0
                 total[tid] = min(total.get(tid, 1.0 if n == 1 else 0.0), best.get(tid, 0.0))
         links = [(self.threads[tid], cos) for tid, cos in total.items() if tid in self.threads]
-        if self.foreign(" ".join(m["text"] for m in frag["messages"])):
+        if self.foreign(frag["messages"]):
             links = list(zip((t for t, _ in links), rebased_cosines(links, frag.get("topics"))))
         return sorted(((thread_affinity(cos, frag, t), t, cos) for t, cos in links), key=lambda x: -x[0])
 
@@ -5870,7 +5873,7 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
             current = self.session_thread(entry) or True
         follow = self.turn_thread(entry, ext["topics"], current if current is not True else None)
         candidates = self.candidates(vec)
-        sims = self.decision_sims(entry["text"], ext["topics"], candidates)
+        sims = self.decision_sims(entry, ext["topics"], candidates)
         decision = decide(ext["topics"], candidates, cfg, sims, follow, current)
         action = decision["action"]
         full = self.threads.get(decision["thread_id"])

@@ -159,13 +159,15 @@ def test_a_fragment_merges_only_into_a_clear_winner():
 
 
 def test_the_language_of_a_note_is_read_from_its_function_words():
-    assert ais.text_language("migration locks the orders table for too long on staging") == "en"
-    assert ais.text_language("la mémoire de Redis monte à 90 % chaque soir") == "fr"
-    assert ais.text_language("el mapa de tiendas no carga en Safari") == "es"
-    assert ais.text_language("React login form: email + password fields") is None  # no function word
-    assert ais.text_language("the cache, el mapa") is None  # a tie names no language
-    markers = list(ais.LANGUAGE_MARKERS.values())
-    assert not any(a & b for i, a in enumerate(markers) for b in markers[i + 1:])
+    assert ais.text_languages("migration locks the orders table for too long on staging") == {"en"}
+    assert ais.text_languages("la mémoire de Redis monte à 90 % chaque soir") == {"fr"}
+    assert ais.text_languages("el mapa de tiendas no carga en Safari") == {"es"}
+    assert ais.text_languages("ya llegan a la bandeja de entrada") == {"fr", "es"}  # foreign to English all the same
+    assert ais.text_languages("React login form: email + password fields") == set()  # no function word
+    assert ais.text_languages("See ya, Nate!") == set()
+    assert ais.text_languages("the cache, el mapa") == {"en", "es"}  # a tie: not foreign to English
+    english = ais.LANGUAGE_MARKERS["en"]
+    assert not any(english & marks for lang, marks in ais.LANGUAGE_MARKERS.items() if lang != "en")
 
 
 def test_foreign_cosines_count_above_the_background_of_unrelated_threads():
