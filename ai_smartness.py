@@ -217,6 +217,23 @@ BRIDGE_CANDIDATES = 5
 MERGE_MAX_MESSAGES, MERGE_YOUNG_SECONDS = 4, 86400.0
 MERGE_FLOOR, MERGE_LEAD, MERGE_FILE_WEIGHT, MERGE_NEIGHBOURS = 0.30, 0.10, 0.3, 8
 MERGE_LINKS = 20
+# -- thread decisions in a language the embedder was not made for --
+# all-MiniLM-L6-v2 is an English model: it puts any two French or Spanish texts close (unrelated
+# notes at a cosine of about 0.4, English ones at 0.04), so for text in another language a
+# capture's cosines to the threads count only above its background (rebased_cosines). The
+# languages each embedder (by id) was made for; an embedder not listed serves every language.
+EMBEDDER_LANGUAGES = {MINILM_ID: frozenset({"en"})}
+# Function words that name a text's language (none shared with English, such as "con", "hay"
+# or "ya"; French and Spanish share a few), and the characters of a text read to find it.
+LANGUAGE_MARKERS = {
+    "en": frozenset("the of and to is are was were for with this that it from when what how why "
+                    "should does not be by at an has have will can".split()),
+    "fr": frozenset("la de en que une est sont pour dans avec sans sur pas qui au aux du des et ce cette "
+                    "il elle ne à quand trop après être".split()),
+    "es": frozenset("la de en que el los las del una para por es está están muy pero cuando y como porque "
+                    "también desde hasta ser".split()),
+}
+LANGUAGE_SAMPLE_CHARS = 1000
 # Large stores: threads (by centroid and by best lexical match) whose messages get a dense score.
 DENSE_POOL_THREADS = 200
 # Messages ranked by base score before thread signals and fusion.
@@ -2994,6 +3011,32 @@ def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None
                 borderline=bool(best_active) and active_score >= th["borderline"])
 
 
+def text_languages(text):
+    """The languages of LANGUAGE_MARKERS whose function words a text uses most (a set: "de la"
+    is French or Spanish), empty without any (a terse note of names and code words)."""
+    words = re.findall(r"[^\W\d_]+", (text or "")[:LANGUAGE_SAMPLE_CHARS].lower())
+    counts = {lang: sum(w in marks for w in words) for lang, marks in LANGUAGE_MARKERS.items()}
+    top = max(counts.values())
+    return {lang for lang, n in counts.items() if n == top} if top else set()
+
+
+def rebased_cosines(candidates, content_topics):
+    """candidates: [(thread, cosine)] -> the cosines above the content's background, rescaled
+    to [0, 1]: for text in a language the embedder was not made for (EMBEDDER_LANGUAGES), where
+    every cosine carries the same offset. The background is the median cosine to the threads
+    that share no topic with the content (a lexically unrelated thread is what "unrelated" looks
+    like to the model in this language), else the lowest cosine: with one thread in memory, only
+    the topics the content shares with it can say it continues that thread."""
+    unrelated = sorted(cos for t, cos in candidates if not topic_overlap(content_topics, t.get("topics"))[0])
+    if unrelated:
+        mid = len(unrelated) // 2
+        base = unrelated[mid] if len(unrelated) % 2 else (unrelated[mid - 1] + unrelated[mid]) / 2
+    else:
+        base = min((cos for _, cos in candidates), default=0.0)
+    base = min(base, 0.99)
+    return [max(0.0, (cos - base) / (1.0 - base)) for _, cos in candidates]
+
+
 def thread_affinity(link, a, b):
     """How much two threads are one work-stream: `link` (the cosine of their closest messages,
     see ThreadPlacement._fragment_links) plus the share of the smaller file set they share. No
@@ -5494,6 +5537,21 @@ class ThreadPlacement:
             return None
         return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[found]]])
 
+    def foreign(self, msgs):
+        """Whether what people said in `msgs` (dicts with text and source; tool output is code
+        and names, not a language) is in a language the embedder was not made for
+        (EMBEDDER_LANGUAGES)."""
+        langs = EMBEDDER_LANGUAGES.get(getattr(self.embedder, "id", None))
+        said = " ".join(m["text"] for m in msgs if m.get("source") in SAID_SOURCES) if langs else ""
+        found = text_languages(said) if said else set()
+        return bool(found) and not found & langs
+
+    def decision_sims(self, entry, topics, candidates):
+        """similarity() of a capture to each candidate thread, its cosines rebased
+        (rebased_cosines) when it is foreign to the embedder."""
+        cosines = rebased_cosines(candidates, topics) if self.foreign([entry]) else [c for _, c in candidates]
+        return [similarity(cos, topics, t.get("topics")) for (t, _), cos in zip(candidates, cosines)]
+
     def thread_id_of(self, tid):
         """The id a thread answers to now: a merged thread's id leads to the thread it went into."""
         for _ in range(len(self.merged_into) + 1):
@@ -5550,8 +5608,10 @@ class ThreadPlacement:
                     best[tid] = cos  # best first
             for tid in list(total) + [t for t in best if t not in total]:  # none near: 0
                 total[tid] = min(total.get(tid, 1.0 if n == 1 else 0.0), best.get(tid, 0.0))
-        return sorted(((thread_affinity(cos, frag, self.threads[tid]), self.threads[tid], cos)
-                       for tid, cos in total.items() if tid in self.threads), key=lambda x: -x[0])
+        links = [(self.threads[tid], cos) for tid, cos in total.items() if tid in self.threads]
+        if self.foreign(frag["messages"]):
+            links = list(zip((t for t, _ in links), rebased_cosines(links, frag.get("topics"))))
+        return sorted(((thread_affinity(cos, frag, t), t, cos) for t, cos in links), key=lambda x: -x[0])
 
     def _cohesion(self, frag):
         """The mean over a fragment's messages of the cosine of the closest other one there (0
@@ -5814,7 +5874,7 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
             current = self.session_thread(entry) or True
         follow = self.turn_thread(entry, ext["topics"], current if current is not True else None)
         candidates = self.candidates(vec)
-        sims = [similarity(cos, ext["topics"], t.get("topics")) for t, cos in candidates]
+        sims = self.decision_sims(entry, ext["topics"], candidates)
         decision = decide(ext["topics"], candidates, cfg, sims, follow, current)
         action = decision["action"]
         full = self.threads.get(decision["thread_id"])

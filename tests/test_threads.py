@@ -158,6 +158,47 @@ def test_a_fragment_merges_only_into_a_clear_winner():
     assert ais.merge_choice([(0.5, dict(a, status="archived")), (0.1, b)]) is None
 
 
+def test_the_language_of_a_note_is_read_from_its_function_words():
+    assert ais.text_languages("migration locks the orders table for too long on staging") == {"en"}
+    assert ais.text_languages("la mémoire de Redis monte à 90 % chaque soir") == {"fr"}
+    assert ais.text_languages("el mapa de tiendas no carga en Safari") == {"es"}
+    assert ais.text_languages("ya llegan a la bandeja de entrada") == {"fr", "es"}  # foreign to English all the same
+    assert ais.text_languages("React login form: email + password fields") == set()  # no function word
+    assert ais.text_languages("See ya, Nate!") == set()
+    assert ais.text_languages("the cache, el mapa") == {"en", "es"}  # a tie: not foreign to English
+    english = ais.LANGUAGE_MARKERS["en"]
+    assert not any(english & marks for lang, marks in ais.LANGUAGE_MARKERS.items() if lang != "en")
+
+
+def test_foreign_cosines_count_above_the_background_of_unrelated_threads():
+    cache = {"topics": ["cache", "redis"]}
+    invoice, tax = {"topics": ["facture", "tva"]}, {"topics": ["taxe"]}
+    # The median of the threads sharing no topic (0.40, 0.44) is the background: 0.42.
+    got = ais.rebased_cosines([(cache, 0.60), (invoice, 0.40), (tax, 0.44)], ["cache", "clés"])
+    assert got == pytest.approx([(0.60 - 0.42) / 0.58, 0.0, (0.44 - 0.42) / 0.58])
+    # One thread, sharing a topic: its cosine says nothing in this language, the topic does.
+    assert ais.rebased_cosines([(cache, 0.5)], ["cache"]) == [0.0]
+    assert ais.rebased_cosines([], ["cache"]) == []
+
+
+def test_notes_in_a_language_the_embedder_was_not_made_for_are_judged_on_their_background(project):
+    """A stand-in for all-MiniLM-L6-v2 on French: every pair of texts at a cosine of 0.5 or
+    more. Without the rebasing, each note continues the first thread."""
+    class Offset(ais.FakeEmbedder):
+        id = ais.MINILM_ID
+
+        def embed(self, texts):
+            base = ais.unit([1.0] + [0.0] * (self.dim - 1))
+            return [ais.unit([b + v for b, v in zip(base, vec)]) for vec in super().embed(texts)]
+    mem = ais.open_memory(str(project), embedder=Offset())
+    notes = ["les factures PDF sortent sans le numéro de TVA du client",
+             "le cache Redis des sessions expire trop tôt pour les clients",
+             "la numérotation des factures doit rester continue sans trou",
+             "mettre une durée de vie sur les clés du cache Redis"]
+    got = [mem.capture(t, at=START + i * GAP)["thread_id"] for i, t in enumerate(notes)]
+    assert got[0] == got[2] != got[1] == got[3]
+
+
 def merged_pair(project):
     """Two threads on unrelated subjects, the second merged into the first as a drain does."""
     mem = ais.open_memory(str(project), embedder="fake")
