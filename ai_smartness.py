@@ -364,7 +364,7 @@ FILE_TABLE_MESSAGES = 20000
 FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0, "together": 1.0}
 FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
 # Files named in the injected text, and how many of the first of them show an excerpt.
-FILES_SHOWN, EVIDENCE_FILES = 6, 5
+FILES_SHOWN, EVIDENCE_FILES = 6, 4
 # Characters of a file's excerpt: the passage most of its latest messages show, verbatim
 # (recurring_excerpt). Its messages are compared by word EXCERPT_SHINGLE-grams, the first
 # EXCERPT_SCAN characters of each offering candidates (a read's head, an edit's new text).
