@@ -355,8 +355,9 @@ THREAD_FILES, FILE_RECENT_MESSAGES = 20, 12
 # Messages (the newest) replayed to build the file table after a load.
 FILE_TABLE_MESSAGES = 20000
 # Ranking of the files in play (FileTable.rank): weights of a name in the prompt (path or
-# basename; file stem as a word), of the prompt's BM25 against the words of the turns that
-# touched the file, of recency (1 / (1 + rank / FILE_RECENCY_RANKS)), of how often it was
+# basename; else the share of the words of its name, camelCase split, that the prompt says:
+# "the event scheduler" for EventSchedulerDashboard.tsx), of the prompt's BM25 against the
+# words of the turns that touched the file, of recency (1 / (1 + rank / FILE_RECENCY_RANKS)), of how often it was
 # touched (saturating at FILE_TOUCHES_FULL), and of being worked on in the same turns as a file
 # the prompt names (saturating at FILE_TOGETHER_FULL turns). Measured on replayed Claude Code
 # sessions (bench/README.md): the prompt's words against each file's turns carry most of the
@@ -4494,6 +4495,8 @@ def recurring_excerpt(texts, chars):
 
 # A word of a prompt or an answer that may name a file: a name with an extension, maybe a path.
 _FILE_MENTION_RE = LazyRe(r"[\w./@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}\b")
+# Where a camelCase name splits into words (EventScheduler: Event Scheduler).
+_CAMEL_RE = LazyRe(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 class FileTable:
@@ -4505,7 +4508,7 @@ class FileTable:
 
     def __init__(self):
         # path -> {"n", "last", "op", "mids", "words": Counter, "size": their total, "with": Counter,
-        # "stem": the terms of its name}
+        # "stem": the words of its name, camelCase split}
         self.files = {}
         self.by_base = {}  # basename -> paths
         self.postings = {}  # word -> the files whose words hold it: a prompt is scored against those only
@@ -4530,7 +4533,7 @@ class FileTable:
                 name = path.rsplit("/", 1)[-1]
                 st = self.files[path] = {"n": 0, "last": 0.0, "op": op, "mids": deque(maxlen=FILE_RECENT_MESSAGES),
                                          "words": Counter(), "size": 0, "with": Counter(),
-                                         "stem": set(terms(name.rsplit(".", 1)[0]))}
+                                         "stem": set(terms(_CAMEL_RE.sub(" ", name.rsplit(".", 1)[0])))}
                 self.by_base.setdefault(name, set()).add(path)
                 self._learn(path, terms(path.replace("/", " ")))
             st["mids"].append(msg["id"])
@@ -4583,7 +4586,7 @@ class FileTable:
 
     def rank(self, prompt, limit):
         """The `limit` files most likely in play for a prompt, best first, with their record:
-        named by the prompt, about what the prompt is about (BM25 of its terms against the
+        named by the prompt (or words of their name), about what the prompt is about (BM25 of its terms against the
         words of each file's turns), recently and often touched (FILE_WEIGHTS)."""
         touched = [(p, st) for p, st in self.files.items() if st["n"]]
         if not touched or limit <= 0:
@@ -4611,7 +4614,8 @@ class FileTable:
         order = sorted(touched, key=lambda x: -x[1]["last"])
         scores = {}
         for rank, (p, st) in enumerate(order):
-            scores[p] = (w["named"] * (p in named) + w["stem"] * (p not in named and not stems.isdisjoint(st["stem"]))
+            said = len(stems & st["stem"]) / len(st["stem"]) if st["stem"] and p not in named else 0.0
+            scores[p] = (w["named"] * (p in named) + w["stem"] * said
                          + w["words"] * bm[p] / top + w["recency"] / (1 + rank / FILE_RECENCY_RANKS)
                          + w["touches"] * min(1.0, st["n"] / FILE_TOUCHES_FULL) + w["together"] * together[p])
         best = sorted(order, key=lambda x: -scores[x[0]])[:limit]  # stable: the newest first on a tie

@@ -295,6 +295,16 @@ def test_a_file_worked_on_with_the_named_one_comes_with_it(project):
     assert [p for p, _ in mem.file_table().rank("crashes on empty rows", 1)] == ["src/footer.css"]
 
 
+def test_a_prompt_saying_most_words_of_a_files_camelcase_name_ranks_it_first(project):
+    mem = ais.open_memory(str(project))
+    for path in ("src/EventSchedulerDashboard.tsx", "src/EventList.tsx", "src/TeamDashboard.tsx", "src/api.ts"):
+        mem.store.inbox_append(ais.prepare_capture(f"Read {path}:\nexport default 1", "tool:Read", session_id="s1",
+                                                   files=[path], op="read"))
+    mem.flush()
+    ranked = [p for p, _ in mem.file_table().rank("the event scheduler page does not open", 2)]
+    assert ranked[0] == "src/EventSchedulerDashboard.tsx", ranked  # 2 of its 3 words, not EventList's 1 of 2
+
+
 def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_work():
     now = 1_800_000_000
     at = ais.iso(now - 3600)
