@@ -40,7 +40,7 @@ Life of a prompt:
        vector serves its retrieval and its capture), then answers under the lock.
     3. hook_inject(): detect_rules() keeps the rules the prompt states (user_rules.json);
        Memory.context(): FileTable.rank() names the files in play, Memory.current_thread()
-       the work in progress, recurring_excerpt() quotes the first files, then Memory.retrieve()
+       the work in progress, the first files' latest messages come first, then Memory.retrieve()
        ranks messages (lexical and dense scores, thread signals); render_context() packs
        them, and the rules, into inject_budget chars.
     4. The hook prints it as additional context (context_output()); heartbeat.json notes the
@@ -364,13 +364,13 @@ FILE_TABLE_MESSAGES = 20000
 # gain over a plain most-recent list.
 FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0, "together": 1.0}
 FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
-# Files named in the injected text, and how many of the first of them show an excerpt.
-FILES_SHOWN, EVIDENCE_FILES = 6, 4
-# Characters of a file's excerpt: the passage most of its latest messages show, verbatim
-# (recurring_excerpt). Its messages are compared by word EXCERPT_SHINGLE-grams, the first
-# EXCERPT_SCAN characters of each offering candidates (a read's head, an edit's new text).
-# Measured on replayed Claude Code sessions (bench/README.md).
-EVIDENCE_CHARS, EXCERPT_SHINGLE, EXCERPT_SCAN = 240, 5, 1500
+# Files named in the injected text, and earlier messages shown for the first of them.
+FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 4
+# Characters of such a message shown: its start, verbatim (an edit, the head of a file).
+EVIDENCE_CHARS = 200
+# An item whose line has this share of its word REPEAT_SHINGLE-grams in the lines injected
+# before it repeats them (the same file read again): it is skipped (pack_items).
+REPEAT_SHARE, REPEAT_SHINGLE = 0.9, 5
 # A session's latest messages searched for its current work.
 CURRENT_LOOKBACK = 50
 # Characters of a command's first line kept to recognise it when it runs again.
@@ -4400,9 +4400,9 @@ _SHINGLE_WORD_RE = LazyRe(r"\w+")
 
 
 def shingles(text):
-    """The word EXCERPT_SHINGLE-grams of a text (lowercased): what near-duplicates share."""
+    """The word REPEAT_SHINGLE-grams of a text (lowercased): what near-duplicates share."""
     low = _SHINGLE_WORD_RE.findall(text.lower())
-    return set(zip(*(low[j:] for j in range(EXCERPT_SHINGLE))))
+    return set(zip(*(low[j:] for j in range(REPEAT_SHINGLE))))
 
 
 def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_cost=None, render=None, shown=None):
@@ -4411,9 +4411,9 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
     skipped for a smaller one. The first item of a group also pays `group_cost(group)`.
     `render(item)` gives an item's line when it has none yet, and is called only for items
     that may fit (`min_len`, a lower bound of the line's length, rules the others out), so a
-    costly rendering is not paid for every candidate. An item whose line has half of its word
-    5-grams in the lines packed before (and in `shown`, which it extends) repeats them: the
-    tenth read of a file is skipped."""
+    costly rendering is not paid for every candidate. An item whose line has REPEAT_SHARE of
+    its word 5-grams in the lines packed before (and in `shown`, which it extends) repeats
+    them: the tenth read of a file is skipped."""
     out, used, seen, groups = [], 0, set(), set()
     shown = set() if shown is None else shown
     for item in candidates:
@@ -4432,7 +4432,7 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
             line = shorten(full, room)
         key = rule_key(item["text"])[:200]  # only for what fits: most items do not
         grams = shingles(line)
-        if key in seen or (grams and 2 * len(grams & shown) >= len(grams)):
+        if key in seen or (grams and len(grams & shown) >= REPEAT_SHARE * len(grams)):
             continue  # the same text twice says nothing new
         seen.add(key)
         shown |= grams
@@ -4440,57 +4440,6 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
         out.append(dict(item, line=line))
         used += len(line) + extra
     return out
-
-
-def recurring_excerpt(texts, chars):
-    """(i, excerpt, n): the passage of at most `chars` characters that the most of `texts` (a
-    file's messages, newest first) show, cut at words and marked "…" where cut, with `i` the
-    newest text showing it and `n` how many do (half of its word EXCERPT_SHINGLE-grams or
-    more). Ties go to the newest text, then its start. A file read ten times shows its head
-    ten times and a later read shows what an edit wrote: one such passage recalls the file
-    as the agent saw it most, where the newest message alone may be a one-off. None when no
-    text has words."""
-    k = EXCERPT_SHINGLE
-    texts = [" ".join(t.split()) for t in texts]
-    seqs, grams = [], []
-    for text in texts:
-        spans = [(m.start(), m.group()) for m in _SHINGLE_WORD_RE.finditer(text.lower())]
-        low = [w for _, w in spans]
-        seq = list(zip(*(low[j:] for j in range(k))))  # its shingles, in order
-        seqs.append((spans, seq))
-        grams.append(set(seq))
-    best, tried = None, set()
-    for i, text in enumerate(texts):
-        if not text:
-            continue
-        spans, seq = seqs[i]
-        # Word w is text[at[w]:at[w + 1] - 1]; first[w]: the first token in word w or after.
-        # Only the head offers passages (its last word may be cut: left out).
-        at = [0]
-        for word in text[:EXCERPT_SCAN + chars].split(" "):
-            at.append(at[-1] + len(word) + 1)
-        if at[-1] <= len(text):
-            at.pop()
-        first, t = [], 0
-        for pos in at:
-            while t < len(spans) and spans[t][0] < pos:
-                t += 1
-            first.append(t)
-        n, start, end = len(at) - 1, 0, 0
-        while start < n and at[start] < EXCERPT_SCAN:
-            end = start + 1  # a word longer than `chars` stands alone (cut below)
-            while end < n and at[end + 1] - 1 - at[start] <= chars:
-                end += 1
-            passage = text[at[start]:at[end] - 1]
-            if passage not in tried:  # a passage every read repeats is scored once
-                tried.add(passage)
-                window = set(seq[first[start]:max(first[start], first[end] - k + 1)])
-                shown = [j for j, g in enumerate(grams) if window and 2 * len(window & g) >= len(window)]
-                if best is None or len(shown) > best[0]:
-                    best = (len(shown), shown[0] if shown else i,
-                            ("…" if start else "") + passage + ("…" if at[end] <= len(text) else ""))
-            start = end
-    return None if best is None else (best[1], shorten(best[2], chars + 2), best[0])
 
 
 # A word of a prompt or an answer that may name a file: a name with an extension, maybe a path.
@@ -6154,7 +6103,7 @@ class Memory(MemoryWriter):
     def context(self, prompt, budget=None, exclude=(), session=None):
         """The memory injected with a prompt, within `budget` characters (see render_context):
         the files in play, the state of the current work (the thread `session` worked on last,
-        else the hot thread), an excerpt of each of the first files, then what retrieval
+        else the hot thread), the latest messages about the first files, then what retrieval
         finds. `exclude`: message or capture ids left out (a prompt journaled, maybe drained,
         before it is answered)."""
         budget = budget or self.cfg["inject_budget"]
@@ -6163,9 +6112,9 @@ class Memory(MemoryWriter):
         hits = [h for h in hits if not self.msgs[h["message_id"]].get("dropped")]  # by the LLM: LLMWork
         now = self.clock()
         files = self.file_table().rank(prompt, FILES_SHOWN)
-        # An excerpt of each of the first files, the first file's first: it is the one most
-        # often in play.
-        evidence = [h for h in (self._file_excerpt(path, st, skip) for path, st in files[:EVIDENCE_FILES]) if h]
+        # The first file's newest messages first: it is the one most often in play.
+        evidence = [self._file_hit(m) for _, st in files[:EVIDENCE_FILES]
+                    for m in [m for m in reversed(st["mids"]) if m in self.msgs and m not in skip][:EVIDENCE_PER_FILE]]
         shown = {h["message_id"] for h in evidence}
         hits = [h for h in hits if h["message_id"] not in shown]
         current = self.current_thread(session, skip)
@@ -6178,25 +6127,14 @@ class Memory(MemoryWriter):
                 "items": [{"message_id": i["message_id"], "text": i["line"],
                            "full_len": len(item_line(self.msgs[i["message_id"]], self.lang))} for i in items]}
 
-    def _file_excerpt(self, path, st, skip):
-        """A file's excerpt (recurring_excerpt over its latest messages) as a hit of the newest
-        message showing it, or None. Kept on the file's record until the file has a new message."""
-        mids = tuple(m for m in reversed(st["mids"]) if m in self.msgs and m not in skip)
-        if not mids:
-            return None
-        if st.get("excerpt", (None,))[0] != mids:
-            st["excerpt"] = (mids, recurring_excerpt([self.msgs[m]["text"] for m in mids], EVIDENCE_CHARS))
-        found = st["excerpt"][1]
-        if found is None:
-            return None
-        i, text, _ = found
-        msg = self.msgs[mids[i]]
-        tid = self.thread_rows.keys[self.row_thread[self.rows.of[msg["id"]]]]
-        # Cut from the middle of a message, the excerpt says which file it is from.
-        return {"message_id": msg["id"], "thread_id": tid, "score": 1.0, "timestamp": msg["ts"],
-                "text": f"{path}: {text}" if text.startswith("…") else text, "source": msg.get("source"),
-                "file": msg.get("file"), "title": self.threads[tid]["title"], "status": self.threads[tid]["status"],
-                "verbatim": True, "excerpt": True}
+    def _file_hit(self, mid):
+        """A message about a file in play as retrieve() returns a hit, its start verbatim."""
+        msg = self.msgs[mid]
+        tid = self.thread_rows.keys[self.row_thread[self.rows.of[mid]]]
+        return {"message_id": mid, "thread_id": tid, "score": 1.0, "text": shorten(msg["text"], EVIDENCE_CHARS),
+                "timestamp": msg["ts"], "source": msg.get("source"), "file": msg.get("file"),
+                "title": self.threads[tid]["title"], "status": self.threads[tid]["status"], "verbatim": True,
+                "excerpt": True}
 
     def current_thread(self, session=None, skip=()):
         """(The thread of the work in progress, its newest conclusion or None), or None: the
@@ -6306,8 +6244,8 @@ def item_line(msg, lang, text=None, when=False):
 def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, lang, guardcode, files=(),
                    current=None):
     """The text injected with a prompt, within `budget` characters: a header, the `files` in
-    play (FileTable.rank), the `current` work (Memory.current_thread), the files' `excerpt`
-    hits, the best other `hits` (focused on the query terms unless `verbatim`) packed under
+    play (FileTable.rank), the `current` work (Memory.current_thread), the files' latest
+    messages (`excerpt` hits), the best other `hits` (focused on the query terms unless `verbatim`) packed under
     their thread's line, up to three threads
     `related_of(thread ids, ids to skip)` to the first one, then the rules (render_rules) and
     reminders. A recalled sentence that states a replaced rule says so (mark_replaced). Returns
@@ -6348,8 +6286,8 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
 
     def line_of(h):
         return item_line(msgs[h["message_id"]], lang, text_of(h))
-    # The files' excerpts under the files they are from; each other item under its thread's
-    # header, which costs space once.
+    # The files' messages under the files; each other item under its thread's header, which
+    # costs space once.
     shown = set()
     excerpts = pack_items([h for h in hits if h.get("excerpt")], max(0, budget - fixed), indent=4, render=line_of,
                           shown=shown)

@@ -128,49 +128,24 @@ HEAD = ("import { useState } from 'react'; import { api } from '../lib/api'; exp
         "{ const [players, setPlayers] = useState([]); const [filter, setFilter] = useState('all');")
 
 
-def test_a_files_excerpt_is_the_passage_most_of_its_messages_show():
-    reads = [f"Read src/PlayerList.tsx:\n{HEAD}\n  return rows.map(r => <Row key={{r.id}} />) // v{i}" for i in range(3)]
-    one_off = "Edited src/PlayerList.tsx:\n- const limit = 10\n+ const limit = 25 // show more players per page, as asked"
-    i, text, n = ais.recurring_excerpt([one_off] + reads, 120)
-    assert (i, n) == (1, 3)  # the newest of the three reads, not the newer one-off edit
-    assert text.startswith("Read src/PlayerList.tsx: import { useState }") and text.endswith("…")
-    assert len(text) <= 122 and "  " not in text  # cut at a word, whitespace collapsed
-    # Ties go to the newest text; a passage from the middle says it was cut.
-    i, text, n = ais.recurring_excerpt(["alpha beta gamma delta epsilon zeta", "eta theta iota kappa lambda mu"], 40)
-    assert (i, n) == (0, 1) and text == "alpha beta gamma delta epsilon zeta"
-    common = "the shared middle passage of this file that both reads show"
-    i, text, n = ais.recurring_excerpt(["first read starts here " + common, "second one differs " + common], 60)
-    assert (i, n) == (0, 2) and text.startswith("…") and text[1:] in common
-    assert ais.recurring_excerpt(["w" + "x" * 50], 30)[1] == "w" + "x" * 30 + "…"  # one long word, cut
-    assert ais.recurring_excerpt([], 100) is None and ais.recurring_excerpt(["", "  "], 100) is None
-
-
-def test_the_injected_excerpt_of_a_file_read_many_times_is_kept_until_the_file_changes(project, monkeypatch):
+def test_a_files_latest_messages_come_under_the_files_and_a_repeated_read_is_quoted_once(project):
     mem = ais.open_memory(str(project))
     mem.store.inbox_append(ais.prepare_capture("list the players of a team", "prompt", session_id="s1"))
     for k in range(4):
-        mem.store.inbox_append(ais.prepare_capture(f"Read src/PlayerList.tsx:\n{HEAD} // read {k}", "tool:Read",
-                                                   session_id="s1", files=["src/PlayerList.tsx"], op="read"))
+        mem.store.inbox_append(ais.prepare_capture(f"Read src/PlayerList.tsx:\n{HEAD[:150]} // read {k}",
+                                                   "tool:Read", session_id="s1", files=["src/PlayerList.tsx"], op="read"))
     mem.store.inbox_append(ais.prepare_capture("Edited src/PlayerList.tsx:\n- a\n+ b", "tool:Edit", session_id="s1",
                                                files=["src/PlayerList.tsx"], op="edit"))
     mem.flush()
-    calls = []
-    real = ais.recurring_excerpt
-    monkeypatch.setattr(ais, "recurring_excerpt", lambda *a: calls.append(1) or real(*a))
     text = mem.context("the team's player list is empty", session="s2")["text"]
     lines = text.splitlines()
-    excerpt = next(line for line in lines if "import { useState }" in line)
-    # Under the files and the current work, before any thread's header, quoted once.
-    assert lines.index(excerpt) < next(k for k, line in enumerate(lines) if line.startswith("# "))
-    assert excerpt.startswith("  - [") and text.count("import { useState }") == 1
-    mem.context("why is the player list empty?", session="s2")
-    assert len(calls) == 1  # the file has no new message: the excerpt is not searched again
-    mem.store.inbox_append(ais.prepare_capture(f"Read src/PlayerList.tsx:\n{HEAD} // read 5", "tool:Read",
-                                               session_id="s2", files=["src/PlayerList.tsx"], op="read"))
-    mem.flush()
-    mem.context("the player list again", session="s2")
-    assert len(calls) == 2
-
+    edit = lines.index("  - [" + text.split("  - [", 1)[1].split("\n", 1)[0])
+    # Under the files and the current work, before any thread's header: the newest first.
+    assert lines[edit].endswith("Edited src/PlayerList.tsx: - a + b")
+    assert edit < next(k for k, line in enumerate(lines) if line.startswith("# "))
+    files_part = "\n".join(lines[:next(k for k, line in enumerate(lines) if line.startswith("# "))])
+    assert files_part.count("import { useState }") == 1  # three reads of the same head: one is enough
+    assert text.count("import { useState }") == 1 and "// read 3" in text  # nor retrieval's fourth
 
 def test_the_current_work_is_the_sessions_latest_thread_when_it_touched_files(project):
     mem = work(project)

@@ -171,8 +171,7 @@ def test_rules_line_never_cuts_a_rule_and_says_how_many_did_not_fit():
 def test_rules_take_only_the_room_they_need_and_at_most_their_share(project):
     mem = ai.open_memory(str(project))
     for i in range(30):
-        mem.capture(f"The parser module {i} reads invoice files with reader {i} and retries {i} times after {i}s",
-                    source="prompt")  # alike, but not near-duplicates (pack_items skips those)
+        mem.capture(f"The parser module {i} reads invoice files with a streaming reader and retries", source="prompt")
     mem.add_rules(["Always add docstrings to your methods"], mem.clock())
     short = mem.context("how does the parser read invoice files?", budget=2000)["text"]
     assert "\nUser rules: Methods: docstrings.\n" in short
