@@ -365,9 +365,9 @@ FILE_TABLE_MESSAGES = 20000
 FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0, "together": 1.0}
 FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
 # Files named in the injected text, and earlier messages shown for the first of them.
-FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 4
+FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 3
 # Characters of such a message shown: its start, verbatim (an edit, the head of a file).
-EVIDENCE_CHARS = 200
+EVIDENCE_CHARS = 240
 # An item whose line has this share of its word REPEAT_SHINGLE-grams in the lines injected
 # before it repeats them (the same file read again): it is skipped (pack_items).
 REPEAT_SHARE, REPEAT_SHINGLE = 0.9, 5
