@@ -357,9 +357,9 @@ FILE_TABLE_MESSAGES = 20000
 # Ranking of the files in play (FileTable.rank): weights of a name in the prompt (path or
 # basename; else the share of the words of its name, camelCase split, that the prompt says:
 # "the event scheduler" for EventSchedulerDashboard.tsx), of the prompt's BM25 against the
-# words of the turns that touched the file, of recency (1 / (1 + rank / FILE_RECENCY_RANKS)), of how often it was
-# touched (saturating at FILE_TOUCHES_FULL), and of being worked on in the same turns as a file
-# the prompt names (saturating at FILE_TOGETHER_FULL turns). Measured on replayed Claude Code
+# words of the turns that touched the file, of recency (1 / (1 + rank / FILE_RECENCY_RANKS)),
+# of how often it was touched (saturating at FILE_TOUCHES_FULL), and of being worked on in
+# the same turns as a file the prompt names (saturating at FILE_TOGETHER_FULL turns). Measured on replayed Claude Code
 # sessions (bench/README.md): the prompt's words against each file's turns carry most of the
 # gain over a plain most-recent list.
 FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0, "together": 1.0}
