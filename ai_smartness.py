@@ -40,7 +40,7 @@ Life of a prompt:
        vector serves its retrieval and its capture), then answers under the lock.
     3. hook_inject(): detect_rules() keeps the rules the prompt states (user_rules.json);
        Memory.context(): FileTable.rank() names the files in play, Memory.current_thread()
-       the work in progress, the files' latest messages come first, then Memory.retrieve()
+       the work in progress, the first files' latest messages come first, then Memory.retrieve()
        ranks messages (lexical and dense scores, thread signals); render_context() packs
        them, and the rules, into inject_budget chars.
     4. The hook prints it as additional context (context_output()); heartbeat.json notes the
@@ -372,10 +372,11 @@ THREAD_FILES, FILE_RECENT_MESSAGES = 20, 12
 # Messages (the newest) replayed to build the file table after a load.
 FILE_TABLE_MESSAGES = 20000
 # Ranking of the files in play (FileTable.rank): weights of a name in the prompt (path or
-# basename; file stem as a word), of the prompt's BM25 against the words of the turns that
-# touched the file, of recency (1 / (1 + rank / FILE_RECENCY_RANKS)), of how often it was
-# touched (saturating at FILE_TOUCHES_FULL), and of being worked on in the same turns as a file
-# the prompt names (saturating at FILE_TOGETHER_FULL turns). Measured on replayed Claude Code
+# basename; else the share of the words of its name, camelCase split, that the prompt says:
+# "the event scheduler" for EventSchedulerDashboard.tsx), of the prompt's BM25 against the
+# words of the turns that touched the file, of recency (1 / (1 + rank / FILE_RECENCY_RANKS)),
+# of how often it was touched (saturating at FILE_TOUCHES_FULL), and of being worked on in
+# the same turns as a file the prompt names (saturating at FILE_TOGETHER_FULL turns). Measured on replayed Claude Code
 # sessions (bench/README.md): the prompt's words against each file's turns carry most of the
 # gain over a plain most-recent list.
 FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0, "together": 1.0}
@@ -384,6 +385,9 @@ FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
 FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 3
 # Characters of such a message shown: its start, verbatim (an edit, the head of a file).
 EVIDENCE_CHARS = 240
+# An item whose line has this share of its word REPEAT_SHINGLE-grams in the lines injected
+# before it repeats them (the same file read again): it is skipped (pack_items).
+REPEAT_SHARE, REPEAT_SHINGLE = 0.9, 5
 # A session's latest messages searched for its current work.
 CURRENT_LOOKBACK = 50
 # Characters of a command's first line kept to recognise it when it runs again.
@@ -4436,14 +4440,26 @@ def focus(text, qterms, keep=0.6, floor=150):
     return " ".join(out)
 
 
-def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_cost=None, render=None):
+_SHINGLE_WORD_RE = LazyRe(r"\w+")
+
+
+def shingles(text):
+    """The word REPEAT_SHINGLE-grams of a text (lowercased): what near-duplicates share."""
+    low = _SHINGLE_WORD_RE.findall(text.lower())
+    return set(zip(*(low[j:] for j in range(REPEAT_SHINGLE))))
+
+
+def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_cost=None, render=None, shown=None):
     """Greedy packing: best items first, each shortened to at most `max_item`. An item that
     does not fit whole is shortened to the space left only when most of it still fits, else
     skipped for a smaller one. The first item of a group also pays `group_cost(group)`.
     `render(item)` gives an item's line when it has none yet, and is called only for items
     that may fit (`min_len`, a lower bound of the line's length, rules the others out), so a
-    costly rendering is not paid for every candidate."""
+    costly rendering is not paid for every candidate. An item whose line has REPEAT_SHARE of
+    its word 5-grams in the lines packed before (and in `shown`, which it extends) repeats
+    them: the tenth read of a file is skipped."""
     out, used, seen, groups = [], 0, set(), set()
+    shown = set() if shown is None else shown
     for item in candidates:
         extra = indent + 1
         group = item.get("group")
@@ -4459,9 +4475,11 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
                 continue
             line = shorten(full, room)
         key = rule_key(item["text"])[:200]  # only for what fits: most items do not
-        if key in seen:
+        grams = shingles(line)
+        if key in seen or (grams and len(grams & shown) >= REPEAT_SHARE * len(grams)):
             continue  # the same text twice says nothing new
         seen.add(key)
+        shown |= grams
         groups.add(group)
         out.append(dict(item, line=line))
         used += len(line) + extra
@@ -4470,6 +4488,8 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
 
 # A word of a prompt or an answer that may name a file: a name with an extension, maybe a path.
 _FILE_MENTION_RE = LazyRe(r"[\w./@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}\b")
+# Where a camelCase name splits into words (EventScheduler: Event Scheduler).
+_CAMEL_RE = LazyRe(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 class FileTable:
@@ -4481,7 +4501,7 @@ class FileTable:
 
     def __init__(self):
         # path -> {"n", "last", "op", "mids", "words": Counter, "size": their total, "with": Counter,
-        # "stem": the terms of its name}
+        # "stem": the words of its name, camelCase split}
         self.files = {}
         self.by_base = {}  # basename -> paths
         self.postings = {}  # word -> the files whose words hold it: a prompt is scored against those only
@@ -4506,7 +4526,7 @@ class FileTable:
                 name = path.rsplit("/", 1)[-1]
                 st = self.files[path] = {"n": 0, "last": 0.0, "op": op, "mids": deque(maxlen=FILE_RECENT_MESSAGES),
                                          "words": Counter(), "size": 0, "with": Counter(),
-                                         "stem": set(terms(name.rsplit(".", 1)[0]))}
+                                         "stem": set(terms(_CAMEL_RE.sub(" ", name.rsplit(".", 1)[0])))}
                 self.by_base.setdefault(name, set()).add(path)
                 self._learn(path, terms(path.replace("/", " ")))
             st["mids"].append(msg["id"])
@@ -4559,7 +4579,7 @@ class FileTable:
 
     def rank(self, prompt, limit):
         """The `limit` files most likely in play for a prompt, best first, with their record:
-        named by the prompt, about what the prompt is about (BM25 of its terms against the
+        named by the prompt (or words of their name), about what the prompt is about (BM25 of its terms against the
         words of each file's turns), recently and often touched (FILE_WEIGHTS)."""
         touched = [(p, st) for p, st in self.files.items() if st["n"]]
         if not touched or limit <= 0:
@@ -4587,7 +4607,8 @@ class FileTable:
         order = sorted(touched, key=lambda x: -x[1]["last"])
         scores = {}
         for rank, (p, st) in enumerate(order):
-            scores[p] = (w["named"] * (p in named) + w["stem"] * (p not in named and not stems.isdisjoint(st["stem"]))
+            said = len(stems & st["stem"]) / len(st["stem"]) if st["stem"] and p not in named else 0.0
+            scores[p] = (w["named"] * (p in named) + w["stem"] * said
                          + w["words"] * bm[p] / top + w["recency"] / (1 + rank / FILE_RECENCY_RANKS)
                          + w["touches"] * min(1.0, st["n"] / FILE_TOUCHES_FULL) + w["together"] * together[p])
         best = sorted(order, key=lambda x: -scores[x[0]])[:limit]  # stable: the newest first on a tie
@@ -6152,10 +6173,11 @@ class Memory(MemoryWriter):
         hits = [h for h in hits if not self.msgs[h["message_id"]].get("dropped")]  # by the LLM: LLMWork
         now = self.clock()
         files = self.file_table().rank(prompt, FILES_SHOWN)
-        # The first file's newest messages first: it is the one most often in play, and one
-        # excerpt of a file read many times stands for every read.
-        evidence = [self._hit(m, 1.0) for _, st in files[:EVIDENCE_FILES]
+        # The first file's newest messages first: it is the one most often in play.
+        evidence = [self._file_hit(m) for _, st in files[:EVIDENCE_FILES]
                     for m in [m for m in reversed(st["mids"]) if m in self.msgs and m not in skip][:EVIDENCE_PER_FILE]]
+        shown = {h["message_id"] for h in evidence}
+        hits = [h for h in hits if h["message_id"] not in shown]
         current = self.current_thread(session, skip)
         text, items = render_context(
             evidence + hits, self.threads, self.msgs, lambda tids, skip: self.related_threads(tids, skip, now),
@@ -6166,14 +6188,14 @@ class Memory(MemoryWriter):
                 "items": [{"message_id": i["message_id"], "text": i["line"],
                            "full_len": len(item_line(self.msgs[i["message_id"]], self.lang))} for i in items]}
 
-    def _hit(self, mid, score):
-        """A message as retrieve() returns it."""
+    def _file_hit(self, mid):
+        """A message about a file in play as retrieve() returns a hit, its start verbatim."""
         msg = self.msgs[mid]
         tid = self.thread_rows.keys[self.row_thread[self.rows.of[mid]]]
-        return {"message_id": mid, "thread_id": tid, "score": score, "text": shorten(msg["text"], EVIDENCE_CHARS),
-                "timestamp": msg["ts"],
-                "source": msg.get("source"), "file": msg.get("file"), "title": self.threads[tid]["title"],
-                "status": self.threads[tid]["status"], "verbatim": True}
+        return {"message_id": mid, "thread_id": tid, "score": 1.0, "text": shorten(msg["text"], EVIDENCE_CHARS),
+                "timestamp": msg["ts"], "source": msg.get("source"), "file": msg.get("file"),
+                "title": self.threads[tid]["title"], "status": self.threads[tid]["status"], "verbatim": True,
+                "excerpt": True}
 
     def current_thread(self, session=None, skip=()):
         """(The thread of the work in progress, its newest conclusion or None), or None: the
@@ -6283,8 +6305,9 @@ def item_line(msg, lang, text=None, when=False):
 def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, lang, guardcode, files=(),
                    current=None):
     """The text injected with a prompt, within `budget` characters: a header, the `files` in
-    play (FileTable.rank), the `current` work (Memory.current_thread), the best `hits` (focused
-    on the query terms unless `verbatim`) packed under their thread's line, up to three threads
+    play (FileTable.rank), the `current` work (Memory.current_thread), the files' latest
+    messages (`excerpt` hits), the best other `hits` (focused on the query terms unless `verbatim`) packed under
+    their thread's line, up to three threads
     `related_of(thread ids, ids to skip)` to the first one, then the rules (render_rules) and
     reminders. A recalled sentence that states a replaced rule says so (mark_replaced). Returns
     (the text, the packed hits with their `line`)."""
@@ -6315,18 +6338,27 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
                               age=age_ago(now - ts_of(t, "last_active"), lang))
         return headers[tid]
     # focus() keeps at least half of a text: a bound that lets packing skip rendering.
-    candidates = [dict(h, group=h["thread_id"], min_len=min(len(h["text"]), 150) // 2) for h in hits if h["score"] > 0]
+    candidates = [dict(h, group=h["thread_id"], min_len=min(len(h["text"]), 150) // 2) for h in hits
+                  if h["score"] > 0 and not h.get("excerpt")]
 
     def text_of(h):
         text = mark_replaced(h["text"], stale, lang, ts_of(h, "timestamp"))
         return text if h.get("verbatim") else focus(text, qterms)
-    # Each item is indented under its thread's header, which costs space once.
+
+    def line_of(h):
+        return item_line(msgs[h["message_id"]], lang, text_of(h))
+    # The files' messages under the files; each other item under its thread's header, which
+    # costs space once.
+    shown = set()
+    excerpts = pack_items([h for h in hits if h.get("excerpt")], max(0, budget - fixed), indent=4, render=line_of,
+                          shown=shown)
+    fixed += sum(len(i["line"]) + 5 for i in excerpts)
     items = pack_items(candidates, max(0, budget - fixed), indent=4, group_cost=lambda g: len(header(g)) + 1,
-                       render=lambda h: item_line(msgs[h["message_id"]], lang, text_of(h)))
+                       render=line_of, shown=shown)
     by_thread = {}
     for item in items:
         by_thread.setdefault(item["thread_id"], []).append(item)
-    lines = [head]
+    lines = [head] + ["  - " + i["line"] for i in excerpts]
     for tid, group in by_thread.items():
         lines.append(header(tid))
         lines += ["  - " + i["line"] for i in group]
@@ -6337,7 +6369,7 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
             lines.append(line)
             room -= len(line) + 1
     lines += tail
-    return "\n".join(lines)[:budget], items
+    return "\n".join(lines)[:budget], excerpts + items
 
 
 def render_recall(query, threads, messages, related, reactivated, now, lang, half_life_days):

@@ -124,6 +124,29 @@ def test_the_injected_memory_names_the_files_the_current_work_and_the_latest_edi
     assert len(text) <= 2000
 
 
+HEAD = ("import { useState } from 'react'; import { api } from '../lib/api'; export function PlayerList({ team }) "
+        "{ const [players, setPlayers] = useState([]); const [filter, setFilter] = useState('all');")
+
+
+def test_a_files_latest_messages_come_under_the_files_and_a_repeated_read_is_quoted_once(project):
+    mem = ais.open_memory(str(project))
+    mem.store.inbox_append(ais.prepare_capture("list the players of a team", "prompt", session_id="s1"))
+    for k in range(4):
+        mem.store.inbox_append(ais.prepare_capture(f"Read src/PlayerList.tsx:\n{HEAD[:150]} // read {k}",
+                                                   "tool:Read", session_id="s1", files=["src/PlayerList.tsx"], op="read"))
+    mem.store.inbox_append(ais.prepare_capture("Edited src/PlayerList.tsx:\n- a\n+ b", "tool:Edit", session_id="s1",
+                                               files=["src/PlayerList.tsx"], op="edit"))
+    mem.flush()
+    text = mem.context("the team's player list is empty", session="s2")["text"]
+    lines = text.splitlines()
+    edit = lines.index("  - [" + text.split("  - [", 1)[1].split("\n", 1)[0])
+    # Under the files and the current work, before any thread's header: the newest first.
+    assert lines[edit].endswith("Edited src/PlayerList.tsx: - a + b")
+    assert edit < next(k for k, line in enumerate(lines) if line.startswith("# "))
+    files_part = "\n".join(lines[:next(k for k, line in enumerate(lines) if line.startswith("# "))])
+    assert files_part.count("import { useState }") == 1  # three reads of the same head: one is enough
+    assert text.count("import { useState }") == 1 and "// read 3" in text  # nor retrieval's fourth
+
 def test_the_current_work_is_the_sessions_latest_thread_when_it_touched_files(project):
     mem = work(project)
     mem.capture("an unrelated note about the team offsite in march", session_id="s9")
@@ -245,6 +268,16 @@ def test_a_file_worked_on_with_the_named_one_comes_with_it(project):
     ranked = [p for p, _ in mem.file_table().rank("widget.ts crashes on empty rows", 2)]
     assert ranked == ["src/a/widget.ts", "src/lib/helpers.ts"]  # not the newer css files
     assert [p for p, _ in mem.file_table().rank("crashes on empty rows", 1)] == ["src/footer.css"]
+
+
+def test_a_prompt_saying_most_words_of_a_files_camelcase_name_ranks_it_first(project):
+    mem = ais.open_memory(str(project))
+    for path in ("src/EventSchedulerDashboard.tsx", "src/EventList.tsx", "src/TeamDashboard.tsx", "src/api.ts"):
+        mem.store.inbox_append(ais.prepare_capture(f"Read {path}:\nexport default 1", "tool:Read", session_id="s1",
+                                                   files=[path], op="read"))
+    mem.flush()
+    ranked = [p for p, _ in mem.file_table().rank("the event scheduler page does not open", 2)]
+    assert ranked[0] == "src/EventSchedulerDashboard.tsx", ranked  # 2 of its 3 words, not EventList's 1 of 2
 
 
 def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_work():
