@@ -258,11 +258,37 @@ def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_wo
                          "text": "Done ✅\nThe parser now caches tokens. Next: profile the lexer."}]}
     digest = {"t2": {"title": "login form", "topics": ["login", "validation"], "last_active": at}}
     hb = {"last_task": "make the parser twice as fast", "last_conclusion": ""}
-    lines = ais.where_work_stopped(hot, digest, ["src/lexer.py", "src/parser.py"], hb, now, "en")
-    text = "\n".join(lines)
-    assert lines[0].startswith('Where the work stopped: "parser speed-up" (1 h ago). Topics: parser, tokens, cache.')
-    assert "Task: make the parser twice as fast." in lines[0]
-    assert "Last: Done ✅ The parser now caches tokens. Next: profile the lexer." in lines[0]
-    assert "Resolved: pytest tests/test_parser.py (" in text  # with its date
-    assert "Files touched last: src/parser.py, src/lexer.py." in text  # the last thread's first, no twice
-    assert "Other recent work: login form (login, validation)" in text
+    lines = ais.where_work_stopped(hot, digest, ["src/lexer.py", "src/parser.py"], hb, now, "en", 400)
+    assert lines[0] == ('Where the work stopped: "parser speed-up" (1 h ago). Topics: parser, tokens, cache. '
+                        'Task: make the parser twice as fast.')
+    assert lines[1] == "Files touched last: src/parser.py, src/lexer.py."  # the last thread's first, no twice
+    assert lines[2] == "Last: The parser now caches tokens. Next: profile the lexer."  # "Done ✅" says nothing
+    assert lines[3].startswith("Resolved: pytest tests/test_parser.py (")  # with its date
+    assert lines[4:] == ["Other recent work:", "- login form (login, validation)"]
+
+
+def test_the_briefing_keeps_room_for_the_other_work_and_cuts_no_path():
+    now = 1_800_000_000
+    at = ais.iso(now - 3600)
+    hot = {"id": "t1", "title": "checkout flow", "last_active": at, "topics": ["checkout", "cart"],
+           "files": {f"src/checkout/step_{i}_of_the_payment_form.tsx": {"at": ais.iso(now - 3600 + i)} for i in range(9)},
+           "messages": []}
+    digest = {f"t{i}": {"title": f"work-stream {i} " + "with a long title " * 5, "topics": ["alpha", "beta", "gamma"],
+                        "last_active": ais.iso(now - 7200 - i)} for i in range(2, 7)}
+    hb = {"last_task": "make the checkout flow survive a reload " * 4,
+          "last_conclusion": "The cart now persists in local storage, reloads keep it. " * 5}
+    lines = ais.where_work_stopped(hot, digest, [], hb, now, "en", 400)
+    assert sum(len(x) + 1 for x in lines) <= 400
+    others = lines[lines.index("Other recent work:") + 1:]
+    assert len(others) >= 2 and all(x.startswith("- work-stream ") for x in others)
+    files = next(x for x in lines if x.startswith("Files touched last:"))
+    named = files[len("Files touched last: "):].rstrip(".").split(", ")
+    assert named and all(p in hot["files"] for p in named)  # whole paths, newest first
+    assert named[0] == "src/checkout/step_8_of_the_payment_form.tsx"
+
+
+def test_the_task_is_not_repeated_when_it_is_the_title():
+    now = 1_800_000_000
+    hot = {"id": "t1", "title": "fix the login redirect loop on…", "last_active": ais.iso(now - 60), "messages": []}
+    hb = {"last_task": "fix the login redirect loop on Safari when cookies are blocked"}
+    assert "Task:" not in ais.where_work_stopped(hot, {}, [], hb, now, "en", 400)[0]
