@@ -235,7 +235,7 @@ PLAIN_KEY_CHARS = 16
 # Characters of a recall query (the rest of a long path is not a question).
 RECALL_QUERY_CHARS = 300
 # The session briefing's cuts: a restored synthesis, the hot thread's summary, a synthesis note.
-BRIEF_SYNTHESIS_CHARS, BRIEF_SUMMARY_CHARS, BRIEF_SYNTHESIS_NOTE_CHARS = 300, 120, 250
+BRIEF_SYNTHESIS_CHARS, BRIEF_SUMMARY_CHARS, BRIEF_SYNTHESIS_NOTE_CHARS = 300, 100, 250
 # Transcript bytes read from the end: for a synthesis, and for the agent's last answer.
 TRANSCRIPT_TAIL_BYTES, LAST_ANSWER_TAIL_BYTES = 4 * 1024 * 1024, 1024 * 1024
 # A synthesis keeps sentences of this length range, each decision or question cut to
@@ -384,10 +384,11 @@ BRIEF_TOPICS = 4
 # The start of a conclusion always kept (its first sentences up to this length).
 CONCLUSION_HEAD_CHARS = 40
 # Characters of the briefing's files line (whole paths only); of an other work-stream's title,
-# and its topics; the room kept for the other work-streams; the least room a line is cut to.
-BRIEF_FILES_CHARS, BRIEF_OTHER_TITLE_CHARS, BRIEF_OTHER_TOPICS, BRIEF_OTHERS_ROOM, BRIEF_MIN_LINE = 100, 45, 2, 110, 40
+# and of its topics (whole ones); the room kept for the other work-streams (their header and
+# two lines); the least room a line is cut to.
+BRIEF_FILES_CHARS, BRIEF_OTHER_TITLE_CHARS, BRIEF_OTHER_TOPICS, BRIEF_OTHERS_ROOM, BRIEF_MIN_LINE = 90, 40, 25, 140, 40
 # Characters of the briefing's line on where the work stopped (the task, its topics).
-BRIEF_WHERE_CHARS = 150
+BRIEF_WHERE_CHARS = 140
 
 # ---- LLM backends ----
 LLM_BACKENDS = ("off", "claude-cli", "anthropic", "openai-compatible")
@@ -2244,9 +2245,13 @@ _IF_RE = LazyRe(r"\b(?:if|unless|once|when|whether|until|should|would|could|migh
                 r"|'ll\b|’ll\b", re.I)
 
 
+# What starts or ends a sentence of an answer without being words: list marks, headings, emoji.
+_EDGES_RE = LazyRe(r"""^(?:[^\w"'(\[`]|_)+|(?:[^\w.!?)"'\]`]|_)+$""")
+
+
 def sentences_of(text):
     """An answer's sentences and lines, without the markdown and emoji around them."""
-    out = (x.replace("**", "").strip(" -*#>`_✅🎉") for x in re.split(r"(?<=[.!?])\s+|\n+", text or ""))
+    out = (_EDGES_RE.sub("", x.replace("**", "")) for x in re.split(r"(?<=[.!?])\s+|\n+", text or ""))
     return [x for x in out if x]
 
 
@@ -5712,6 +5717,8 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
                          "bridges": sorted(self.links.get(tid, ())),
                          "files": sorted(t.get("files") or {}, key=lambda p: t["files"][p].get("at", ""),
                                          reverse=True)[:BRIEF_FILES]}
+                if not t.get("title_from") and str(t["messages"][0].get("source")).startswith("tool:"):
+                    entry["tool_title"] = True  # a tool's output names it: no work-stream for the briefing
                 part = self._digest[tid] = (json.dumps(tid) + ":" + json.dumps(
                     entry, ensure_ascii=False, separators=(",", ":"))).encode("utf-8")
             parts.append(part)
@@ -7686,7 +7693,9 @@ def hook_start(store, payload, mem):
     last = ts_of(hb, "last_interaction")
     since = tr("brief_since", lang, age=human_age(now - last, lang)) if last else tr("brief_first", lang)
     synth = latest_synthesis(store)
-    hot = hot_thread(store)
+    # No thread stored yet (captures still journaled): the heartbeat knows the last task.
+    hot = hot_thread(store) or (hb.get("last_task") and {
+        "id": None, "title": hb["last_task"], "last_active": hb.get("last_interaction"), "messages": []})
     room = cfg["briefing_budget"] - len(header) - 1
     if payload.get("source") == "compact" and synth:
         lines = [since, tr("brief_restored", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_CHARS))]
@@ -7701,13 +7710,14 @@ def hook_start(store, payload, mem):
     return context_output("SessionStart", text)
 
 
-def pack_lines(lines, room):
+def pack_lines(lines, room, cut=True):
     """The lines that fit in `room` characters (a line break before each), the last one cut
-    short; a line with less than BRIEF_MIN_LINE characters of room left is dropped."""
+    short (`cut`) or left out; a line with less than BRIEF_MIN_LINE characters of room left is
+    dropped."""
     out, used = [], 0
     for line in lines:
         left = room - used - 1
-        if left >= BRIEF_MIN_LINE:
+        if left >= BRIEF_MIN_LINE and (cut or len(line) <= left):
             out.append(shorten(line, left))
             used += len(out[-1]) + 1
     return out
@@ -7723,11 +7733,17 @@ def join_within(items, chars):
     return ", ".join(out)
 
 
+# A sentence that announces what the agent is about to do ("Let me summarize…"): no conclusion.
+_PLAN_RE = LazyRe(r"(?:(?:now|ok|okay|alright|maintenant|ahora)[,!.]?\s+)?(?:let me|let's|i'll|i will|je vais|"
+                  r"laisse-moi|voy a|déjame|dejame)\b", re.I)
+
+
 def conclusion_of(text):
     """What an answer concluded: its first sentences (a first word alone, "Perfect!", "Done ✅",
-    says nothing), and the sentences on what is next or left."""
+    says nothing, nor a sentence announcing what comes next: "Let me summarize."), and the
+    sentences on what is next or left."""
     sentences = sentences_of(text)
-    while len(sentences) > 1 and len(sentences[0].split()) == 1:
+    while len(sentences) > 1 and (len(sentences[0].split()) == 1 or _PLAN_RE.match(sentences[0])):
         sentences.pop(0)
     if not sentences:
         return ""
@@ -7750,11 +7766,15 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
     worked on last, its topics, the last prompt that set a task), the agent's last conclusion and
     next step, the files in play (the last thread's newest, then the digest's `in_play`), what was
     resolved; then the other recent work-streams, a line each, for which room is kept."""
-    recent = sorted((t for tid, t in digest.items() if tid != hot["id"] and t.get("title")),
-                    key=lambda t: ts_of(t, "last_active"), reverse=True)
-    others = [tr("brief_other", lang, title=shorten(t["title"], BRIEF_OTHER_TITLE_CHARS),
-                 topics=", ".join(t.get("topics", [])[:BRIEF_OTHER_TOPICS])).replace(" ()", "")
-              for t in recent[:BRIEF_OTHERS]]
+    named = [hot["title"], hb.get("last_task") or ""]  # each work-stream once
+    others = []
+    for t in sorted(digest.values(), key=lambda t: ts_of(t, "last_active"), reverse=True):
+        if len(others) == BRIEF_OTHERS:
+            break
+        if t.get("title") and not t.get("tool_title") and not any(repeats(t["title"], x) for x in named):
+            named.append(t["title"])
+            others.append(tr("brief_other", lang, title=shorten(t["title"], BRIEF_OTHER_TITLE_CHARS),
+                             topics=join_within(t.get("topics", []), BRIEF_OTHER_TOPICS)).replace(" ()", ""))
     others = [tr("brief_others", lang)] + others if others else []
     budget = room - min(BRIEF_OTHERS_ROOM, sum(len(x) + 1 for x in others))
     lines = []
@@ -7771,12 +7791,15 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
 
     where = tr("brief_hot", lang, title=shorten(hot["title"], BRIEF_TITLE_CHARS),
                age=age_ago(now - ts_of(hot, "last_active"), lang))
-    if hot.get("topics"):
-        where += " " + tr("brief_topics", lang, topics=", ".join(hot["topics"][:BRIEF_TOPICS]))
+    cap = min(BRIEF_WHERE_CHARS, budget - 1)
+    topics = join_within(hot.get("topics", [])[:BRIEF_TOPICS], cap - len(where) - len(tr("brief_topics", lang, topics="")) - 1)
+    if topics:
+        where += " " + tr("brief_topics", lang, topics=topics)
     task = hb.get("last_task") or ""
-    if task and not repeats(task, hot["title"]):
-        where += " " + tr("brief_task", lang, text=shorten(task, BRIEF_TASK_CHARS).rstrip(".!?"))
-    lines.append(shorten(where, min(BRIEF_WHERE_CHARS, budget - 1)))
+    room_task = min(BRIEF_TASK_CHARS, cap - len(where) - len(tr("brief_task", lang, text="")) - 1)
+    if task and not repeats(task, hot["title"]) and room_task >= BRIEF_MIN_LINE:  # a task cut to a few words says nothing
+        where += " " + tr("brief_task", lang, text=shorten(task, room_task).rstrip(".!?"))
+    lines.append(shorten(where, cap))
     own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
     files = list(dict.fromkeys(own[:BRIEF_OWN_FILES] + in_play))
     named = paths(files, tr("brief_files", lang, files=""))
@@ -7792,7 +7815,8 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
         add(tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS)), last)
         if outcomes:
             add(tr("brief_resolved", lang, items=outcome_text(outcomes[0], lang, BRIEF_OUTCOME_CHARS)))
-    return lines + pack_lines(others, room - sum(len(x) + 1 for x in lines))
+    others = pack_lines(others, room - sum(len(x) + 1 for x in lines), cut=False)
+    return lines + (others if len(others) > 1 else [])
 
 
 def proactive_suggestion(threads, prompt, lang):
