@@ -7751,7 +7751,8 @@ def conclusion_of(text):
     while head < len(sentences) and sum(map(len, sentences[:head])) < CONCLUSION_HEAD_CHARS:
         head += 1
     rest = [x for x in sentences[head:] if _OPEN_RE.search(x)]
-    return " ".join([*sentences[:head], *rest[-2:]])
+    # A heading ("Validation Complete") ends where the next sentence starts.
+    return " ".join(x if x[-1] in ".!?:;…" else x + "." for x in [*sentences[:head], *rest[-2:]])
 
 
 def repeats(a, b):

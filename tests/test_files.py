@@ -309,7 +309,7 @@ def test_the_other_work_streams_are_named_by_people_not_by_a_tools_output(projec
 
 def test_a_conclusion_skips_cheers_and_announcements():
     text = "Perfect! Let me create a summary of the completed work.\n\n## ✅ Checkout fixed\nThe cart survives a reload."
-    assert ais.conclusion_of(text) == "Checkout fixed The cart survives a reload."
+    assert ais.conclusion_of(text) == "Checkout fixed. The cart survives a reload."
     assert ais.conclusion_of("Let me check.") == "Let me check."  # nothing else to say
 
 
