@@ -5717,7 +5717,8 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
                          "bridges": sorted(self.links.get(tid, ())),
                          "files": sorted(t.get("files") or {}, key=lambda p: t["files"][p].get("at", ""),
                                          reverse=True)[:BRIEF_FILES]}
-                if not t.get("title_from") and str(t["messages"][0].get("source")).startswith("tool:"):
+                first = t["messages"][0].get("source") if t["messages"] else None
+                if not t.get("title_from") and str(first).startswith("tool:"):
                     entry["tool_title"] = True  # a tool's output names it: no work-stream for the briefing
                 part = self._digest[tid] = (json.dumps(tid) + ":" + json.dumps(
                     entry, ensure_ascii=False, separators=(",", ":"))).encode("utf-8")
@@ -7793,19 +7794,22 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
     where = tr("brief_hot", lang, title=shorten(hot["title"], BRIEF_TITLE_CHARS),
                age=age_ago(now - ts_of(hot, "last_active"), lang))
     cap = min(BRIEF_WHERE_CHARS, budget - 1)
-    topics = join_within(hot.get("topics", [])[:BRIEF_TOPICS], cap - len(where) - len(tr("brief_topics", lang, topics="")) - 1)
+    topics = join_within(hot.get("topics", [])[:BRIEF_TOPICS],
+                         cap - len(where) - len(tr("brief_topics", lang, topics="")) - 1)
     if topics:
         where += " " + tr("brief_topics", lang, topics=topics)
     task = hb.get("last_task") or ""
     room_task = min(BRIEF_TASK_CHARS, cap - len(where) - len(tr("brief_task", lang, text="")) - 1)
-    if task and not repeats(task, hot["title"]) and room_task >= BRIEF_MIN_LINE:  # a task cut to a few words says nothing
+    # A task cut to a few words says nothing.
+    if task and not repeats(task, hot["title"]) and room_task >= BRIEF_MIN_LINE:
         where += " " + tr("brief_task", lang, text=shorten(task, room_task).rstrip(".!?"))
     lines.append(shorten(where, cap))
     own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
     files = list(dict.fromkeys(own[:BRIEF_OWN_FILES] + in_play))
     named = paths(files, tr("brief_files", lang, files=""))
     add(tr("brief_files", lang, files=named), named)
-    changed = paths([p for p in thread_changed(hot) if p not in files][:CHANGED_SHOWN], tr("changed_in_git", lang, files=""))
+    changed = paths([p for p in thread_changed(hot) if p not in files][:CHANGED_SHOWN],
+                    tr("changed_in_git", lang, files=""))
     add(tr("changed_in_git", lang, files=changed), changed)
     last = conclusion_of(hb.get("last_conclusion") or next(
         (m["text"] for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), ""))
