@@ -252,7 +252,7 @@ PLAIN_KEY_CHARS = 16
 # Characters of a recall query (the rest of a long path is not a question).
 RECALL_QUERY_CHARS = 300
 # The session briefing's cuts: a restored synthesis, the hot thread's summary, a synthesis note.
-BRIEF_SYNTHESIS_CHARS, BRIEF_SUMMARY_CHARS, BRIEF_SYNTHESIS_NOTE_CHARS = 300, 120, 250
+BRIEF_SYNTHESIS_CHARS, BRIEF_SUMMARY_CHARS, BRIEF_SYNTHESIS_NOTE_CHARS = 300, 100, 250
 # Transcript bytes read from the end: for a synthesis, and for the agent's last answer.
 TRANSCRIPT_TAIL_BYTES, LAST_ANSWER_TAIL_BYTES = 4 * 1024 * 1024, 1024 * 1024
 # A synthesis keeps sentences of this length range, each decision or question cut to
@@ -402,9 +402,14 @@ BRIEF_FILES, BRIEF_OTHERS = 6, 3
 BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 3, 10, 80, 50, 20
 # Topics of the last work-stream the briefing names.
 BRIEF_TOPICS = 4
-# Characters of the briefing's line on where the work stopped; the start of a conclusion
-# always kept (its first sentences up to this length).
-BRIEF_WHERE_CHARS, CONCLUSION_HEAD_CHARS = 260, 40
+# The start of a conclusion always kept (its first sentences up to this length).
+CONCLUSION_HEAD_CHARS = 40
+# Characters of the briefing's files line (whole paths only); of an other work-stream's title,
+# and of its topics (whole ones); the room kept for the other work-streams (their header and
+# two lines); the least room a line is cut to.
+BRIEF_FILES_CHARS, BRIEF_OTHER_TITLE_CHARS, BRIEF_OTHER_TOPICS, BRIEF_OTHERS_ROOM, BRIEF_MIN_LINE = 90, 40, 25, 140, 40
+# Characters of the briefing's line on where the work stopped (the task, its topics).
+BRIEF_WHERE_CHARS = 140
 
 # ---- LLM backends ----
 LLM_BACKENDS = ("off", "claude-cli", "anthropic", "openai-compatible")
@@ -2262,12 +2267,21 @@ _IF_RE = LazyRe(r"\b(?:if|unless|once|when|whether|until|should|would|could|migh
                 r"|'ll\b|’ll\b", re.I)
 
 
+# What starts or ends a sentence of an answer without being words: list marks, headings, emoji.
+_EDGES_RE = LazyRe(r"""^(?:[^\w"'(\[`]|_)+|(?:[^\w.!?)"'\]`]|_)+$""")
+
+
+def sentences_of(text):
+    """An answer's sentences and lines, without the markdown and emoji around them."""
+    out = (_EDGES_RE.sub("", x.replace("**", "")) for x in re.split(r"(?<=[.!?])\s+|\n+", text or ""))
+    return [x for x in out if x]
+
+
 def resolution_of(text):
     """The sentence of an answer that says a problem is fixed or solved, else "": not a
     question, not negated, not under a condition, in the future or a plan. A short one ("Fixed!")
     comes with the sentences after it up to CONCLUSION_HEAD_CHARS: they say what was fixed."""
-    sentences = [x.replace("**", "").strip(" -*#>`_✅🎉") for x in re.split(r"(?<=[.!?])\s+|\n+", text or "")]
-    sentences = [x for x in sentences if x]
+    sentences = sentences_of(text)
     for i, sentence in enumerate(sentences):
         if sentence.endswith("?") or sentence.startswith("¿"):
             continue
@@ -5785,6 +5799,9 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
                          "bridges": sorted(self.links.get(tid, ())),
                          "files": sorted(t.get("files") or {}, key=lambda p: t["files"][p].get("at", ""),
                                          reverse=True)[:BRIEF_FILES]}
+                first = t["messages"][0].get("source") if t["messages"] else None
+                if not t.get("title_from") and str(first).startswith("tool:"):
+                    entry["tool_title"] = True  # a tool's output names it: no work-stream for the briefing
                 part = self._digest[tid] = (json.dumps(tid) + ":" + json.dumps(
                     entry, ensure_ascii=False, separators=(",", ":"))).encode("utf-8")
             parts.append(part)
@@ -7766,73 +7783,138 @@ def hook_start(store, payload, mem):
     cfg = store.config()
     lang, now = cfg["language"], time.time()
     hb = store.heartbeat()
-    lines = [tr("brief_header", lang)]
+    header = tr("brief_header", lang)
     last = ts_of(hb, "last_interaction")
-    lines.append(tr("brief_since", lang, age=human_age(now - last, lang)) if last else tr("brief_first", lang))
+    since = tr("brief_since", lang, age=human_age(now - last, lang)) if last else tr("brief_first", lang)
     synth = latest_synthesis(store)
-    hot = hot_thread(store)
+    # No thread stored yet (captures still journaled): the heartbeat knows the last task.
+    hot = hot_thread(store) or (hb.get("last_task") and {
+        "id": None, "title": hb["last_task"], "last_active": hb.get("last_interaction"), "messages": []})
+    room = cfg["briefing_budget"] - len(header) - 1
     if payload.get("source") == "compact" and synth:
-        lines.append(tr("brief_restored", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_CHARS)))
-    elif hot:
-        lines += where_work_stopped(hot, *store.read_digest(files=True), hb, now, lang)
-    elif synth:
-        lines.append(tr("brief_synthesis", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_NOTE_CHARS)))
-    budget = cfg["briefing_budget"]
-    text = lines[0]
-    for line in lines[1:]:
-        room = budget - len(text) - 1
-        if room > 40:
-            text += "\n" + shorten(line, room)
+        lines = [since, tr("brief_restored", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_CHARS))]
+    elif hot:  # the age of the work it names says how long the gap was
+        lines = where_work_stopped(hot, *store.read_digest(files=True), hb, now, lang, room)
+    else:
+        lines = [since] + ([tr("brief_synthesis", lang, text=shorten(synth.get("text", ""),
+                                                                      BRIEF_SYNTHESIS_NOTE_CHARS))] if synth else [])
+    text = "\n".join([header] + pack_lines(lines, room))
     store.update_heartbeat(sessions=int(hb.get("sessions", 0)) + 1, last_session=payload.get("session_id"),
                            last_session_start=iso(now))
     return context_output("SessionStart", text)
 
 
+def pack_lines(lines, room, cut=True):
+    """The lines that fit in `room` characters (a line break before each), the last one cut
+    short (`cut`) or left out; a line with less than BRIEF_MIN_LINE characters of room left is
+    dropped."""
+    out, used = [], 0
+    for line in lines:
+        left = room - used - 1
+        if left >= BRIEF_MIN_LINE and (cut or len(line) <= left):
+            out.append(shorten(line, left))
+            used += len(out[-1]) + 1
+    return out
+
+
+def join_within(items, chars):
+    """Whole items, comma-separated, while they fit in `chars`: a path cut short names no file."""
+    out, used = [], 0
+    for item in items:
+        if used + len(item) + 2 * bool(out) <= chars:
+            out.append(item)
+            used += len(item) + 2 * (len(out) > 1)
+    return ", ".join(out)
+
+
+# A sentence that announces what the agent is about to do ("Let me summarize…"): no conclusion.
+_PLAN_RE = LazyRe(r"(?:(?:now|ok|okay|alright|maintenant|ahora)[,!.]?\s+)?(?:let me|let's|i'll|i will|je vais|"
+                  r"laisse-moi|voy a|déjame|dejame)\b", re.I)
+
+
 def conclusion_of(text):
-    """What an answer concluded: its first sentence, and the sentences on what is next or left."""
-    sentences = [x.strip(" -*#") for x in re.split(r"(?<=[.!?])\s+|\n+", text or "") if x.strip(" -*#")]
+    """What an answer concluded: its first sentences (a first word alone, "Perfect!", "Done ✅",
+    says nothing, nor a sentence announcing what comes next: "Let me summarize."), and the
+    sentences on what is next or left."""
+    sentences = sentences_of(text)
+    while len(sentences) > 1 and (len(sentences[0].split()) == 1 or _PLAN_RE.match(sentences[0])):
+        sentences.pop(0)
     if not sentences:
         return ""
-    head = 1  # a first sentence that is only a cheer ("Done ✅") says nothing: the next ones do
+    head = 1
     while head < len(sentences) and sum(map(len, sentences[:head])) < CONCLUSION_HEAD_CHARS:
         head += 1
     rest = [x for x in sentences[head:] if _OPEN_RE.search(x)]
-    return " ".join([*sentences[:head], *rest[-2:]])
+    # A heading ("Validation Complete") ends where the next sentence starts.
+    return " ".join(x if x[-1] in ".!?:;…" else x + "." for x in [*sentences[:head], *rest[-2:]])
 
 
-def where_work_stopped(hot, digest, in_play, hb, now, lang):
-    """The briefing's lines on the work: the task in progress (the thread worked on last, the
-    last prompt that set a task), the agent's last conclusion, the files in play (the last
-    thread's newest, then the digest's `in_play`), then the other recent work-streams, a line
-    each."""
-    line = tr("brief_hot", lang, title=shorten(hot["title"], BRIEF_TITLE_CHARS),
-              age=age_ago(now - ts_of(hot, "last_active"), lang))
-    if hot.get("topics"):
-        line += " " + tr("brief_topics", lang, topics=", ".join(hot["topics"][:BRIEF_TOPICS]))
-    if hb.get("last_task") and rule_key(hb["last_task"]) != rule_key(hot["title"]):
-        line += " " + tr("brief_task", lang, text=shorten(hb["last_task"], BRIEF_TASK_CHARS).rstrip(".!?"))
-    last = hb.get("last_conclusion") or next(
-        (conclusion_of(m["text"]) for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), "")
-    if last:
-        line += " " + tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS))
-    lines = [shorten(line, BRIEF_WHERE_CHARS)]  # room left for the files
-    recent = sorted(((tid, t) for tid, t in digest.items() if tid != hot["id"]),
-                    key=lambda kv: ts_of(kv[1], "last_active"), reverse=True)
+def repeats(a, b):
+    """True when the shorter text's start is in the other (a title is often its task's prompt
+    cut short; a resolved outcome, a sentence of the conclusion)."""
+    a, b = sorted((rule_key(a), rule_key(b)), key=len)
+    return bool(a) and a[:CONCLUSION_HEAD_CHARS] in b
+
+
+def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
+    """The briefing's lines on the work, within `room` characters: where it stopped (the thread
+    worked on last, its topics, the last prompt that set a task), the agent's last conclusion and
+    next step, the files in play (the last thread's newest, then the digest's `in_play`), what was
+    resolved; then the other recent work-streams, a line each, for which room is kept."""
+    named = [hot["title"], hb.get("last_task") or ""]  # each work-stream once
+    others = []
+    for t in sorted(digest.values(), key=lambda t: ts_of(t, "last_active"), reverse=True):
+        if len(others) == BRIEF_OTHERS:
+            break
+        if t.get("title") and not t.get("tool_title") and not any(repeats(t["title"], x) for x in named):
+            named.append(t["title"])
+            others.append(tr("brief_other", lang, title=shorten(t["title"], BRIEF_OTHER_TITLE_CHARS),
+                             topics=join_within(t.get("topics", []), BRIEF_OTHER_TOPICS)).replace(" ()", ""))
+    others = [tr("brief_others", lang)] + others if others else []
+    budget = room - min(BRIEF_OTHERS_ROOM, sum(len(x) + 1 for x in others))
+    lines = []
+
+    def left():
+        return budget - sum(len(x) + 1 for x in lines) - 1
+
+    def add(line, text=True):  # cut to the room left
+        if text and left() >= BRIEF_MIN_LINE:
+            lines.append(shorten(line, left()))
+
+    def paths(items, label):  # the whole paths that fit on a line after `label`
+        return join_within(items, min(BRIEF_FILES_CHARS, left() - len(label)))
+
+    where = tr("brief_hot", lang, title=shorten(hot["title"], BRIEF_TITLE_CHARS),
+               age=age_ago(now - ts_of(hot, "last_active"), lang))
+    cap = min(BRIEF_WHERE_CHARS, budget - 1)
+    topics = join_within(hot.get("topics", [])[:BRIEF_TOPICS],
+                         cap - len(where) - len(tr("brief_topics", lang, topics="")) - 1)
+    if topics:
+        where += " " + tr("brief_topics", lang, topics=topics)
+    task = hb.get("last_task") or ""
+    room_task = min(BRIEF_TASK_CHARS, cap - len(where) - len(tr("brief_task", lang, text="")) - 1)
+    # A task cut to a few words says nothing.
+    if task and not repeats(task, hot["title"]) and room_task >= BRIEF_MIN_LINE:
+        where += " " + tr("brief_task", lang, text=shorten(task, room_task).rstrip(".!?"))
+    lines.append(shorten(where, cap))
     own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
     files = list(dict.fromkeys(own[:BRIEF_OWN_FILES] + in_play))
-    if files:
-        lines.append(tr("brief_files", lang, files=", ".join(files[:BRIEF_FILES])))
-    changed = thread_changed(hot)
-    if changed:
-        lines.append(tr("changed_in_git", lang, files=", ".join(changed[:CHANGED_SHOWN])))
-    outcomes = thread_outcomes(hot)
-    if outcomes:  # the latest only, after the files: their room decides a resumed session's start
-        lines.append(tr("brief_resolved", lang, items=outcome_text(outcomes[-1], lang, BRIEF_OUTCOME_CHARS)))
-    if recent:
-        lines.append(tr("brief_others", lang, items="; ".join(
-            shorten(t.get("title", ""), BRIEF_TITLE_CHARS) + (f" ({', '.join(t['topics'][:3])})" if t.get("topics") else "")
-            for _, t in recent[:BRIEF_OTHERS])))
-    return lines
+    named = paths(files, tr("brief_files", lang, files=""))
+    add(tr("brief_files", lang, files=named), named)
+    changed = paths([p for p in thread_changed(hot) if p not in files][:CHANGED_SHOWN],
+                    tr("changed_in_git", lang, files=""))
+    add(tr("changed_in_git", lang, files=changed), changed)
+    last = conclusion_of(hb.get("last_conclusion") or next(
+        (m["text"] for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), ""))
+    outcomes = thread_outcomes(hot)[-1:]  # the latest only
+    if outcomes and last and repeats(outcomes[0]["text"], last):  # the conclusion says what it resolved
+        add(tr("brief_resolved", lang, items=outcome_text(dict(outcomes[0], text=last), lang, BRIEF_SUMMARY_CHARS)))
+    else:
+        add(tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS)), last)
+        if outcomes:
+            add(tr("brief_resolved", lang, items=outcome_text(outcomes[0], lang, BRIEF_OUTCOME_CHARS)))
+    others = pack_lines(others, room - sum(len(x) + 1 for x in lines), cut=False)
+    return lines + (others if len(others) > 1 else [])
 
 
 def proactive_suggestion(threads, prompt, lang):

@@ -2,6 +2,7 @@
 to them, threads know their files, the injected memory and the briefing name the files in play,
 the current work and its latest conclusion."""
 import json
+import time
 
 import pytest
 
@@ -291,11 +292,73 @@ def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_wo
                          "text": "Done ✅\nThe parser now caches tokens. Next: profile the lexer."}]}
     digest = {"t2": {"title": "login form", "topics": ["login", "validation"], "last_active": at}}
     hb = {"last_task": "make the parser twice as fast", "last_conclusion": ""}
-    lines = ais.where_work_stopped(hot, digest, ["src/lexer.py", "src/parser.py"], hb, now, "en")
-    text = "\n".join(lines)
-    assert lines[0].startswith('Where the work stopped: "parser speed-up" (1 h ago). Topics: parser, tokens, cache.')
-    assert "Task: make the parser twice as fast." in lines[0]
-    assert "Last: Done ✅ The parser now caches tokens. Next: profile the lexer." in lines[0]
-    assert "Resolved: pytest tests/test_parser.py (" in text  # with its date
-    assert "Files touched last: src/parser.py, src/lexer.py." in text  # the last thread's first, no twice
-    assert "Other recent work: login form (login, validation)" in text
+    lines = ais.where_work_stopped(hot, digest, ["src/lexer.py", "src/parser.py"], hb, now, "en", 400)
+    assert lines[0] == ('Where the work stopped: "parser speed-up" (1 h ago). Topics: parser, tokens, cache. '
+                        'Task: make the parser twice as fast.')
+    assert lines[1] == "Files: src/parser.py, src/lexer.py."  # the last thread's first, no twice
+    assert lines[2] == "Last: The parser now caches tokens. Next: profile the lexer."  # "Done ✅" says nothing
+    assert lines[3].startswith("Resolved: pytest tests/test_parser.py (")  # with its date
+    assert lines[4:] == ["Other recent work:", "- login form (login, validation)"]
+
+
+def test_the_briefing_keeps_room_for_the_other_work_and_cuts_no_path():
+    now = 1_800_000_000
+    at = ais.iso(now - 3600)
+    hot = {"id": "t1", "title": "checkout flow", "last_active": at, "topics": ["checkout", "cart"],
+           "files": {f"src/checkout/step_{i}_of_the_payment_form.tsx": {"at": ais.iso(now - 3600 + i)} for i in range(9)},
+           "messages": []}
+    digest = {f"t{i}": {"title": f"work-stream {i} " + "with a long title " * 5, "topics": ["alpha", "beta", "gamma"],
+                        "last_active": ais.iso(now - 7200 - i)} for i in range(2, 7)}
+    hb = {"last_task": "make the checkout flow survive a reload " * 4,
+          "last_conclusion": "The cart now persists in local storage, reloads keep it. " * 5}
+    lines = ais.where_work_stopped(hot, digest, [], hb, now, "en", 400)
+    assert sum(len(x) + 1 for x in lines) <= 400
+    others = lines[lines.index("Other recent work:") + 1:]
+    assert len(others) >= 2 and all(x.startswith("- work-stream ") for x in others)
+    files = next(x for x in lines if x.startswith("Files:"))
+    named = files[len("Files: "):].rstrip(".").split(", ")
+    assert named and all(p in hot["files"] for p in named)  # whole paths, newest first
+    assert named[0] == "src/checkout/step_8_of_the_payment_form.tsx"
+
+
+def test_the_other_work_streams_are_named_by_people_not_by_a_tools_output(project):
+    mem = ais.open_memory(str(project))
+    flags = []
+    for text, source in (("Read src/billing/invoice.py:\ndef total(lines): ...", "tool:Read"),
+                         ("Rework the invoice rounding so totals match the bank statements", "prompt")):
+        mem.store.inbox_append(ais.prepare_capture(text, source, session_id="s1", files=["src/billing/invoice.py"]))
+        mem.flush()
+        mem.write_index()
+        flags.append({t["title"][:6]: bool(t.get("tool_title")) for t in mem.store.read_digest().values()})
+    assert list(flags[0].values()) == [True]  # a thread a Read started
+    assert flags[1]["Rework"] is False  # a prompt's title is never flagged
+    now = time.time()
+    hot = {"id": "hot", "title": "checkout flow", "last_active": ais.iso(now - 60), "messages": []}
+    digest = {"a": {"title": "Read src/cart.py:", "tool_title": True, "last_active": ais.iso(now - 120)},
+              "b": {"title": "Rework the invoice rounding", "topics": ["invoice"], "last_active": ais.iso(now - 180)}}
+    lines = ais.where_work_stopped(hot, digest, [], {}, now, "en", 400)
+    assert lines[-2:] == ["Other recent work:", "- Rework the invoice rounding (invoice)"]
+
+
+def test_a_conclusion_skips_cheers_and_announcements():
+    text = "Perfect! Let me create a summary of the completed work.\n\n## ✅ Checkout fixed\nThe cart survives a reload."
+    assert ais.conclusion_of(text) == "Checkout fixed. The cart survives a reload."
+    assert ais.conclusion_of("Let me check.") == "Let me check."  # nothing else to say
+
+
+def test_the_briefing_names_the_last_task_before_any_thread_is_stored(project):
+    store = ais.Store(str(project / ".ai"))
+    store.ensure()
+    store.update_heartbeat(last_task="Make the export stream rows instead of loading them all",
+                           last_conclusion="The export now streams. Next: a progress bar.",
+                           last_interaction=ais.iso(time.time() - 7200))  # its captures still journaled
+    text = json.loads(ais.hook_start(store, {"source": "startup"}, None))["hookSpecificOutput"]["additionalContext"]
+    assert text.splitlines()[1:] == ['Where the work stopped: "Make the export stream rows instead of loading…" (2 h ago).',
+                                     "Last: The export now streams. Next: a progress bar."]
+
+
+def test_the_task_is_not_repeated_when_it_is_the_title():
+    now = 1_800_000_000
+    hot = {"id": "t1", "title": "fix the login redirect loop on…", "last_active": ais.iso(now - 60), "messages": []}
+    hb = {"last_task": "fix the login redirect loop on Safari when cookies are blocked"}
+    assert "Task:" not in ais.where_work_stopped(hot, {}, [], hb, now, "en", 400)[0]
