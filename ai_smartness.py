@@ -5021,6 +5021,11 @@ def open_memory(project_dir, embedder=None):
     return Memory(data_dir_of(os.path.abspath(project_dir)), embedder=embedder)
 
 
+def digest_words(value):
+    """A digest field listing words or ids: space-separated (a list in digests written before)."""
+    return value.split() if isinstance(value, str) else value
+
+
 def partial_memory(store, query, extra=()):
     """A lexical-only Memory over the threads whose digest entry best matches `query` (BM25 over
     their index terms), plus the `extra` thread ids: what a hook can afford to load without
@@ -5032,6 +5037,10 @@ def partial_memory(store, query, extra=()):
         known = t.get("terms")
         if known is None:  # a digest written before terms were stored in it
             known = terms(" ".join([t.get("title", ""), " ".join(t.get("topics", [])), t.get("summary", "")]))
+        elif isinstance(known, str):
+            if not any(w in known for w in wanted):
+                continue  # most threads share no term with a query: not split at all
+            known = known.split()
         shared = wanted.intersection(known)
         if shared:
             found[tid] = shared
@@ -5043,7 +5052,7 @@ def partial_memory(store, query, extra=()):
     chosen += [tid for tid in extra if tid and tid not in chosen]
     # Older digests carry no bridge ids: then every bridge is read.
     bridges = None if any("bridges" not in t for t in threads.values()) else \
-        sorted({b for tid in chosen for b in threads.get(tid, {}).get("bridges", ())})
+        sorted({b for tid in chosen for b in digest_words(threads.get(tid, {}).get("bridges", ()))})
     mem = Memory(store.dir, embedder="lexical")
     mem.load_partial(chosen, bridges)
     return mem, threads
@@ -5794,9 +5803,11 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
                          "weight_at": t.get("weight_at"), "last_active": t.get("last_active"),
                          "n": len(t["messages"]),
                          # Its index terms: hooks without the daemon need not tokenize the digest.
-                         "terms": sorted(set(terms(" ".join([t["title"], " ".join(t.get("topics", [])),
-                                                             t.get("summary", "")])))),
-                         "bridges": sorted(self.links.get(tid, ())),
+                         # Terms and bridge ids are space-separated strings, not lists: a hook
+                         # parses the digest whole, and strings parse in about half the time.
+                         "terms": " ".join(sorted(set(terms(" ".join([t["title"], " ".join(t.get("topics", [])),
+                                                                      t.get("summary", "")]))))),
+                         "bridges": " ".join(sorted(self.links.get(tid, ()))),
                          "files": sorted(t.get("files") or {}, key=lambda p: t["files"][p].get("at", ""),
                                          reverse=True)[:BRIEF_FILES]}
                 first = t["messages"][0].get("source") if t["messages"] else None

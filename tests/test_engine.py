@@ -3,6 +3,7 @@ once, a prompt is embedded once, a hook without the daemon parses the digest onc
 reactivates as the daemon does."""
 import ast
 import collections
+import json
 
 import pytest
 
@@ -123,6 +124,31 @@ def test_partial_memory_parses_the_digest_once_and_returns_it(project, monkeypat
     assert len(reads) == 1
     assert set(digest) == set(mem.threads) and set(part.threads) <= set(digest)
     assert ais.proactive_suggestion(digest, "JWT refresh token", "en")
+
+
+@pytest.mark.parametrize("query", ["JWT refresh token rotation", "CSS layout bug in the sidebar"])
+def test_a_digest_of_lists_from_an_older_version_loads_the_same_threads_and_bridges(project, query):
+    """The digest lists terms and bridge ids as space-separated strings (they parse faster);
+    one an older daemon wrote, with lists, gives a hook the same partial memory."""
+    mem = fill(project)
+    ids = sorted(mem.threads)
+    bridges = [ais.make_bridge(a, b, "extends", 0.9, "", 0, mem.clock()) for a, b in zip(ids, ids[1:])]
+    for bridge in bridges:
+        mem._add_bridge(bridge)
+    mem.save(bridge_ids=[b["id"] for b in bridges])
+    mem.write_index()
+    index = mem.store.index_file
+    doc = json.loads(open(index, encoding="utf-8").read())
+    assert all(isinstance(t["terms"], str) and isinstance(t["bridges"], str) for t in doc["threads"].values())
+    assert any(t["bridges"] for t in doc["threads"].values())
+    now = ais.partial_memory(mem.store, query)[0]
+    for t in doc["threads"].values():
+        t["terms"], t["bridges"] = t["terms"].split(), t["bridges"].split()
+    with open(index, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    before = ais.partial_memory(mem.store, query)[0]
+    assert now.threads and set(now.threads) == set(before.threads)
+    assert now.bridges and set(now.bridges) == set(before.bridges)
 
 
 def test_context_leaves_out_a_journaled_and_drained_prompt_by_its_capture_id(project):
