@@ -29,22 +29,22 @@ Life of a capture (a tool result; a prompt or the agent's answer goes the same w
        The hook exits 0, silent, without the interpreter's teardown (hook_command()).
     4. In the daemon, Daemon._drain() lists the inbox; EmbedAhead.plan() has the embedding
        workers compute its vectors ahead, outside the memory lock.
-    5. MemoryWriter.drain_entries() -> MemoryWriter._apply(): decide() continues, forks or
-       reactivates a thread or starts one, and bridges are weighed; MemoryWriter.save() writes
-       db/threads/, db/bridges/ and db/index.json, then the entry leaves the inbox.
+    5. MemoryWriter.drain_entries() -> MemoryWriter._apply(): detect_rules() keeps the rules
+       a prompt states (user_rules.json); decide() continues, forks or reactivates a thread or
+       starts one, and bridges are weighed; MemoryWriter.save() writes db/threads/,
+       db/bridges/ and db/index.json, then the entry leaves the inbox.
 
 Life of a prompt:
     1. `hook inject` (UserPromptSubmit): shell_answer() journals the prompt first
        (journal_prompt(): .ai/inbox/, fsynced), so neither a slow daemon nor the budget loses it.
     2. Daemon.cmd_hook() embeds it ahead of the memory lock (Daemon._embed_query(): that one
        vector serves its retrieval and its capture), then answers under the lock.
-    3. hook_inject(): detect_rules() keeps the rules the prompt states (user_rules.json);
-       Memory.context(): FileTable.rank() names the files in play, Memory.current_thread()
+    3. hook_inject(): Memory.context(): FileTable.rank() names the files in play, Memory.current_thread()
        the work in progress, the first files' latest messages come first, then Memory.retrieve()
        ranks messages (lexical and dense scores, thread signals); render_context() packs
        them, and the rules, into inject_budget chars.
     4. The hook prints it as additional context (context_output()); heartbeat.json notes the
-       turn; the daemon, woken, drains the prompt as any capture.
+       turn; the daemon, woken, drains the prompt as any capture (its rules: capture step 5).
     5. No daemon (or one warming up): lexical_memory() answers in the hook process from the
        lexical index, without the model, and start_daemon() starts one for the next prompt.
     6. Later `Read(".ai/recall/<query>")`: `hook pretool` -> Memory.recall() -> recall_file()
@@ -695,7 +695,13 @@ def clamp(value, low=0.0, high=1.0):
 
 
 def shorten(text, limit):
-    text = " ".join(redact(text or "").split())  # redacted before the cut: no partial secret
+    return cut_text(redact(text or ""), limit)  # redacted before the cut: no partial secret
+
+
+def cut_text(text, limit):
+    """Text on one line, cut at a word to at most `limit` characters. Stored text is cut with
+    it as it is: it was redacted when captured, and again after an upgrade (scrub_store)."""
+    text = " ".join((text or "").split())
     if len(text) <= limit:
         return text
     cut = text[: max(0, limit - 1)]
@@ -4278,17 +4284,16 @@ def message_id(capture_id):
     return "m" + capture_id[1:] if capture_id[:1] == "c" else capture_id
 
 
-def recall_match(query, thread):
-    """How well a recall query names a thread, from words alone: a hook answering without the
-    daemon has no model, and both routes must reactivate the same threads for the same query.
-    similarity() with the cosine of the query's terms and the thread's title, topics and
-    summary terms (as sets)."""
+def recall_match(qterms, qtopics, thread):
+    """How well a recall query (its set of terms, its topics) names a thread, from words alone:
+    a hook answering without the daemon has no model, and both routes must reactivate the same
+    threads for the same query. similarity() with the cosine of the query's terms and the
+    thread's title, topics and summary terms (as sets)."""
     import math
-    qterms = set(terms(query))
     tterms = set(terms(" ".join([thread.get("title", ""), " ".join(thread.get("topics", [])),
                                  thread.get("summary", "")])))
     cos = len(qterms & tterms) / math.sqrt(len(qterms) * len(tterms)) if qterms and tterms else 0.0
-    return similarity(cos, EXTRACTOR.topics(query), thread.get("topics"))
+    return similarity(cos, qtopics, thread.get("topics"))
 
 
 MONTHS = ("january february march april may june july august september october november december "
@@ -4483,11 +4488,11 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
         if room < min_item and item.get("min_len", 0) > room:
             continue
         full = item["line"] if "line" in item else render(item)
-        line = shorten(full, max_item)
+        line = cut_text(full, max_item)  # stored text: redacted when captured
         if len(line) > room:
             if room < max(min_item, len(full) // 2):
                 continue
-            line = shorten(full, room)
+            line = cut_text(full, room)
         key = rule_key(item["text"])[:200]  # only for what fits: most items do not
         grams = shingles(line)
         if key in seen or (grams and len(grams & shown) >= REPEAT_SHARE * len(grams)):
@@ -5916,7 +5921,9 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
         mid = message_id(entry["id"])
         ext = EXTRACTOR.extract(entry["text"], entry["origin"], entry.get("file"))
         ext["topics"] = self.specific_topics(ext["topics"])
-        if entry["source"] == "prompt" and "rules" not in entry:  # "rules": stored when journaled
+        if entry["source"] == "prompt":
+            # The one place rules are found: a hook process would compile the rule grammar for
+            # each prompt, and a second finder could bring back a rule removed in between.
             self.add_rules(detect_rules(entry["text"]), now, mid)
         current = None
         if entry["source"] == "prompt" and entry.get("session"):
@@ -6220,7 +6227,7 @@ class Memory(MemoryWriter):
         """A message about a file in play as retrieve() returns a hit, its start verbatim."""
         msg = self.msgs[mid]
         tid = self.thread_rows.keys[self.row_thread[self.rows.of[mid]]]
-        return {"message_id": mid, "thread_id": tid, "score": 1.0, "text": shorten(msg["text"], EVIDENCE_CHARS),
+        return {"message_id": mid, "thread_id": tid, "score": 1.0, "text": cut_text(msg["text"], EVIDENCE_CHARS),
                 "timestamp": msg["ts"], "source": msg.get("source"), "file": msg.get("file"),
                 "title": self.threads[tid]["title"], "status": self.threads[tid]["status"], "verbatim": True,
                 "excerpt": True}
@@ -6273,7 +6280,9 @@ class Memory(MemoryWriter):
                                    if s >= RECALL_MIN_SIMILARITY and tid not in by_hits][:max(0, limit - len(by_hits))]
         shown = [self.threads[tid] for tid in order[:limit]]
         threshold = self.cfg["thresholds"]["recall_reactivate"]
-        reactivated = [t["id"] for t in shown if t["status"] != "active" and recall_match(query, t) >= threshold]
+        asleep = [t for t in shown if t["status"] != "active"]
+        qterms, qtopics = (set(terms(query)), EXTRACTOR.topics(query)) if asleep else (None, None)
+        reactivated = [t["id"] for t in asleep if recall_match(qterms, qtopics, t) >= threshold]
         messages = {}
         for h in hits:
             messages.setdefault(h["thread_id"], []).append(self.msgs[h["message_id"]])
@@ -6341,14 +6350,14 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     (the text, the packed hits with their `line`)."""
     head = tr("ctx_header", lang)
     if files:
-        head += "\n" + shorten(tr("ctx_files", lang, files=", ".join(
+        head += "\n" + cut_text(tr("ctx_files", lang, files=", ".join(
             f"{path} ({st['op']} {human_age(now - st['last'], lang)})" for path, st in files)), budget // 5)
     if current:
         thread, last = current
-        line = tr("ctx_current", lang, title=shorten(thread["title"], 80), age=age_ago(now - ts_of(thread, "last_active"), lang))
+        line = tr("ctx_current", lang, title=cut_text(thread["title"], 80), age=age_ago(now - ts_of(thread, "last_active"), lang))
         if last:
             line += " " + tr("ctx_last", lang, text=last["text"])
-        head += "\n" + shorten(line, budget // 8)
+        head += "\n" + cut_text(line, budget // 8)
     tail = []
     rules_line = render_rules(rules, qterms, int(budget * RULES_SHARE), lang)
     if rules_line:
@@ -6362,7 +6371,7 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     def header(tid):
         if tid not in headers:
             t = threads[tid]
-            headers[tid] = tr("ctx_thread", lang, title=shorten(t["title"], 34), status=tr("status_" + t["status"], lang),
+            headers[tid] = tr("ctx_thread", lang, title=cut_text(t["title"], 34), status=tr("status_" + t["status"], lang),
                               age=age_ago(now - ts_of(t, "last_active"), lang))
         return headers[tid]
     # focus() keeps at least half of a text: a bound that lets packing skip rendering.
@@ -6392,7 +6401,7 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
         lines += ["  - " + i["line"] for i in group]
     room = budget - sum(len(x) + 1 for x in lines) - sum(len(t) + 1 for t in tail)
     for rel in related_of(list(by_thread)[:1], set(by_thread))[:3]:
-        line = shorten(render_related(rel, lang), 140)
+        line = cut_text(render_related(rel, lang), 140)
         if len(line) + 1 <= room:
             lines.append(line)
             room -= len(line) + 1
@@ -6412,7 +6421,7 @@ def render_recall(query, threads, messages, related, reactivated, now, lang, hal
             lines.append("  " + tr("recall_reactivated", lang))
         lines.append("  " + tr("recall_summary", lang, summary=t.get("summary", "")))
         lines += signal_lines(t, lang)
-        lines += ["  - " + agent_tag(m) + shorten(item_line(m, lang, when=True), 500) for m in messages.get(t["id"], [])]
+        lines += ["  - " + agent_tag(m) + cut_text(item_line(m, lang, when=True), 500) for m in messages.get(t["id"], [])]
     if related:
         lines += ["", tr("recall_bridges", lang)]
         lines += ["  - " + render_related(rel, lang) for rel in related[:6]]
@@ -6425,7 +6434,7 @@ def render_thread(thread, related, now, lang, half_life_days):
     lines = [render_thread_header(thread, now, lang, half_life_days),
              "  " + tr("recall_summary", lang, summary=thread.get("summary", ""))]
     lines += signal_lines(thread, lang)
-    lines += ["  - " + agent_tag(m) + shorten(item_line(m, lang, when=True), 600) for m in thread["messages"][-15:]]
+    lines += ["  - " + agent_tag(m) + cut_text(item_line(m, lang, when=True), 600) for m in thread["messages"][-15:]]
     lines += ["  ~ " + render_related(rel, lang) for rel in related[:8]]
     lines += ["  + " + tr("thread_merged", lang, title=m.get("title", m["id"]), id=m["id"], n=m.get("messages", 0),
                           date=format_date(ts_of(m, "at"), lang)) for m in thread.get("merged") or ()]
@@ -7132,6 +7141,56 @@ def kill_daemon(store, timeout=KILL_WAIT_SECONDS):
     return not daemon_alive(store)
 
 
+# Fields of a stored record that hold no captured text: never redacted again (a vector is
+# base64 that would cost a decode per run of it, for nothing).
+_NOT_TEXT_KEYS = frozenset(("id", "schema", "embedding", "embedding_model", "vec"))
+
+
+def redaction_mark():
+    """A fingerprint of the secret patterns: what a store was last redacted with."""
+    from _blake2 import blake2b
+    spec = "\x00".join([p for p, _, _ in _SECRET_PATTERNS] + [rx.args[0] for rx in (_BASE64_RE, _CONTINUED_RE)])
+    return blake2b(spec.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def scrubbed(value):
+    """A stored value with every string in it redacted again: the same object when nothing
+    changed."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        out = {k: v if k in _NOT_TEXT_KEYS else scrubbed(v) for k, v in value.items()}
+    elif isinstance(value, list):
+        out = [scrubbed(v) for v in value]
+    else:
+        return value
+    return value if out == value else out
+
+
+def scrub_store(store):
+    """Once per set of secret patterns (an upgrade brings new ones), redact again what an
+    older version stored: threads, bridges, rules, the heartbeat. Renderers can then cut
+    stored text without redacting it on every answer. Returns the records rewritten."""
+    mark = redaction_mark()
+    if store.heartbeat().get("redaction") == mark:
+        return 0
+    with store.lock():
+        threads = [new for old in store.iter_threads() if (new := scrubbed(old)) is not old]
+        bridges = [new for old in store.iter_bridges() if (new := scrubbed(old)) is not old]
+        if threads or bridges:
+            store.save_records(threads, bridges)
+            store.bump([r["id"] for r in threads + bridges], hot=store.state().get("hot_thread"))
+    def scrub_rules(rules):
+        rules[:] = scrubbed(rules)
+    store.update_rules(scrub_rules)
+    hb = store.heartbeat()
+    # update_heartbeat redacts what it writes.
+    store.update_heartbeat(redaction=mark, **{k: v for k, v in hb.items() if isinstance(v, str) and redact(v) != v})
+    count = len(threads) + len(bridges)
+    store.log.info("stored text redacted again for new secret patterns", records=count)
+    return count
+
+
 class EmbedAhead:
     """The daemon's embedding workers and what they share with its work loop.
 
@@ -7394,6 +7453,10 @@ class Daemon:
     def _warm(self):
         t0 = time.monotonic()
         self._refresh_config()  # the config the memory is about to read
+        try:
+            scrub_store(self.store)
+        except (OSError, AiError) as exc:  # the next start tries again; the memory serves meanwhile
+            self.store.log.error("stored text not redacted again", error=repr(exc))
         mem = Memory(self.store.dir)
         mem.ensure_loaded()
         # Every digest entry encoded now, before any request can wait for it; this also
@@ -8048,8 +8111,6 @@ def hook_inject(store, payload, mem):
     cfg = mem.cfg if mem else store.config()
     lang, now = cfg["language"], time.time()
     session = payload.get("session_id")
-    # user_rules.json must hold no secret; the rules remember the message they come from.
-    add_rules_to_store(store, detect_rules(redact(prompt)), now, message_id(cid) if cid else None)
     hb = store.heartbeat()
     source = mem or lexical_memory(store, prompt, [hb.get("last_thread")])
     # The prompt just journaled is not its own context, should a drain have stored it already.
@@ -9477,6 +9538,8 @@ def do_rules(cli, args):
         # Typed by hand, so it can hold a key: redacted like any capture before it is stored.
         added = add_rules_to_store(store, [redact(args.value).strip()], time.time())
         return emit(args, added, tr("rules_added" if added else "rules_exists", lang))
+    # Rules are found when prompts are drained: the list and its numbers include the last one.
+    cli.drained()
     if args.action == "remove":
         def remove(rules):
             try:

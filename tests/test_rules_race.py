@@ -63,16 +63,21 @@ def test_every_rules_writer_goes_through_the_rules_lock(project, monkeypatch):
     assert [r["text"] for r in mem.store.rules()] == ["Never push on a Friday afternoon please"]
 
 
-def test_a_prompt_journaled_with_its_rules_is_not_searched_for_rules_again(project, monkeypatch):
-    """The inject hook stores a prompt's rules and journals them with it: the drain does not
-    detect them a second time."""
-    mem = ais.open_memory(str(project))
+def test_a_prompt_s_rules_are_found_once_when_it_is_drained_and_a_removed_rule_stays_removed(project, monkeypatch):
+    """The inject hook only journals the prompt: its rules are found by the drain (which `rules`
+    runs first), once, so a rule removed after that never comes back from the same prompt."""
+    store = ais.open_memory(str(project)).store
     detected = []
     real = ais.detect_rules
     monkeypatch.setattr(ais, "detect_rules", lambda text: detected.append(text) or real(text))
-    entry = ais.prepare_capture("Always run the linter before a commit, on every branch.", "prompt")
-    mem.store.inbox_append(dict(entry, rules=["Always run the linter before a commit, on every branch"]))
-    mem.store.inbox_append(ais.prepare_capture("Never commit generated files to the main branch.", "prompt"))
-    mem.drain()
-    assert detected == ["Never commit generated files to the main branch."]
-    assert [r["text"] for r in mem.store.rules()] == ["Never commit generated files to the main branch"]
+    prompt = "From now on, always run the linter before a commit."
+    ais.answer("inject", {"session_id": "s1", "prompt": prompt}, store, None)
+    assert detected == []  # the hook process does not pay for the rule grammar
+    assert ais.main(["--project", str(project), "rules"]) == 0
+    assert detected == [prompt]
+    assert [r["text"] for r in store.rules()] == ["Always run the linter before a commit"]
+    assert ais.main(["--project", str(project), "rules", "remove", "1"]) == 0
+    ais.answer("inject", {"session_id": "s1", "prompt": "Now fix the flaky login test."}, store, None)
+    assert ais.main(["--project", str(project), "rules"]) == 0
+    assert detected == [prompt, "Now fix the flaky login test."]
+    assert store.rules() == []

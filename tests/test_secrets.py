@@ -255,3 +255,49 @@ def test_real_hook_processes_store_no_secret(project, tmp_path):
     data = project / ".ai"
     assert list((data / "db" / "synthesis").glob("*.json")) and (data / "heartbeat.json").exists()
     assert data_dir_leaks(str(data)) == {}
+
+
+def test_an_upgrade_redacts_again_what_an_older_version_stored(project):
+    """Text an older version stored under fewer secret patterns is redacted again, once, when the
+    daemon of a version with new patterns starts: recall and thread views then cut stored text
+    without redacting it on every answer."""
+    from conftest import cli
+    from support import stop_daemons, wait_for
+    mem = ai.open_memory(str(project), embedder="hash")
+    mem.capture("Deploy notes for the billing service: the staging rollout is done.")
+    store = mem.store
+    everything = "\n".join(text for _, text, _ in CORPUS)
+    # What the older version left: the corpus in a message, a title, a rule and the heartbeat.
+    rec = next(store.iter_threads())
+    rec["title"] += " " + CORPUS[0][1]
+    rec["messages"][0]["text"] += "\n" + everything
+    store.save_thread(rec)
+    store.save_rules([{"text": f"Never log {CORPUS[1][1]}", "created_at": ai.iso(time.time())}])
+    ai.write_json_atomic(store.heartbeat_file, {"last_task": everything})
+    assert len(data_dir_leaks(store.dir)) > len(CORPUS) / 2
+    try:
+        assert cli("daemon", "start", project=project, env={"AI_SMARTNESS_EMBEDDER": "hash"}).returncode == 0
+        wait_for(lambda: ai.daemon_info(store).get("ready") is True, "the daemon to be ready")
+    finally:
+        stop_daemons(project)
+    assert data_dir_leaks(store.dir) == {}
+    assert "Deploy notes for the billing service" in json.dumps(next(store.iter_threads()))
+    assert ai.scrub_store(store) == 0  # once per set of patterns
+
+
+def test_recall_thread_views_and_context_cut_stored_text_without_redacting_it_again(project, monkeypatch):
+    """Stored text was redacted when captured (and after an upgrade, by scrub_store): a recall
+    or a prompt's context pays for no second pass over each quoted message."""
+    mem = ai.open_memory(str(project), embedder="hash")
+    notes = ["The billing rollout on staging is done: webhooks retried with backoff.",
+             "Billing webhooks store the Stripe event id so a retry is idempotent."]
+    for note in notes:
+        mem.capture(note)
+    seen = []
+    real = ai.redact
+    monkeypatch.setattr(ai, "redact", lambda text: seen.append(text) or real(text))
+    text = mem.recall("billing webhooks retry")
+    text += mem.recall(next(iter(mem.threads)))
+    text += mem.context("billing webhooks retry", 2000)["text"]
+    assert all(note in text for note in notes)
+    assert not [t for t in seen if any(note in t for note in notes)]
