@@ -595,6 +595,7 @@ def bench_size(mod, runner, args, size, workdir):
         json.dump({"embedder": args.embedder, "daemon_idle_seconds": 3600}, fh)
     result = {k: v for k, v in facts.items() if k not in ("topics", "vocab")}
     result["memory_load_s"] = memory_load_time(mod, project, facts)
+    result["scrub_s"] = scrub_time(mod, project)
     log(f"{size} threads: {facts['messages']} messages, {facts['bridges']} bridges, "
         f"{facts['bytes'] / 1e6:.0f} MB; Memory.load in this process {result['memory_load_s']} s")
     payloads = Payloads(project, facts, args.seed + size)
@@ -649,6 +650,17 @@ def memory_load_time(mod, project, facts):
     del mem
     gc.collect()
     return seconds
+
+
+def scrub_time(mod, project):
+    """Seconds the first daemon of a version with new secret patterns spends redacting the
+    store again (scrub_store), paid here once so that the daemon start measured is that of a
+    store this version wrote; None for a version without it."""
+    if not hasattr(mod, "scrub_store"):
+        return None
+    t0 = time.monotonic()
+    mod.scrub_store(mod.Store(os.path.join(project, ".ai")))
+    return round(time.monotonic() - t0, 2)
 
 
 def log(msg):
@@ -732,13 +744,13 @@ def markdown(report):
                 who = ", ".join(f"{k} {v}" for k, v in sorted(s.get("served", {}).items())) or "-"
                 lines.append(f"| {r['threads']:,} | `{name}` | {label} | {s['p50']:.1f} | {s['p95']:.1f} | "
                              f"{s['p50'] / f50:.2f}x | {s['p95'] / f50:.2f}x | {s['min'] / floor['min']:.2f}x | {who} |")
-    lines += ["", "| threads | messages | bridges | store MB | Memory.load s | daemon start to ready s | "
+    lines += ["", "| threads | messages | bridges | store MB | Memory.load s | upgrade scrub s | daemon start to ready s | "
                   "RSS ready / end / peak MB | capture to thread p50 / p95 ms | captures/s |",
-              "|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+              "|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
     for r in report["results"]:
         c2t = r.get("capture_to_thread_ms") or {}
         lines.append(f"| {r['threads']:,} | {r['messages']:,} | {r['bridges']:,} | {r['bytes'] / 1e6:.0f} | "
-                     f"{r['memory_load_s']} | {r['daemon_start_s']} | {r.get('daemon_rss_ready_mb')} / "
+                     f"{r['memory_load_s']} | {r.get('scrub_s') or '-'} | {r['daemon_start_s']} | {r.get('daemon_rss_ready_mb')} / "
                      f"{r.get('daemon_rss_mb')} / {r.get('daemon_rss_peak_mb')} | "
                      f"{c2t.get('p50', 0):.0f} / {c2t.get('p95', 0):.0f} | {r['captures_per_s']} |")
     lines += ["", "Targets:"]
