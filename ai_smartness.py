@@ -4304,7 +4304,8 @@ MONTHS = ("january february march april may june july august september october n
 def query_dates(query):
     """Months and years a query names (en, fr, es), for the date signal."""
     low = (query or "").lower()
-    months = {i % 12 + 1 for i, name in enumerate(MONTHS) if re.search(rf"\b{name}\b", low)}
+    # The substring first: a hook process would compile a pattern for each of the 36 names.
+    months = {i % 12 + 1 for i, name in enumerate(MONTHS) if name in low and re.search(rf"\b{name}\b", low)}
     years = {int(y) for y in re.findall(r"\b(?:19|20)\d\d\b", low)}
     return months, years
 
@@ -4348,9 +4349,19 @@ _DAY_PART_RE = LazyRe(r"(?P<morning>\bmornings?\b|\bmatin(?:ée)?s?\b|\b(?:la|es
                       r"|\bmadrugada\b|\banoche\b)", re.I)
 
 
+# One of these is in every name _DAY_RE and _DAY_PART_RE match: a query without any skips the
+# patterns, which a hook process would compile for each prompt.
+_TIME_WORDS = ("day", "lundi", "mardi", "mercredi", "jeudi", "vendredi", "samedi", "dimanche", "lunes", "martes",
+               "rcoles", "jueves", "viernes", "bado", "domingo", "morning", "matin", "mañana", "afternoon", "midi",
+               "tarde", "evening", "tonight", "soir", "noche", "night", "nuit", "madrugada")
+
+
 def query_times(query):
     """The days of the week (WEEKDAYS names) and parts of the day a query names, for the date
     signal: "the fix from Friday evening" -> ({"friday"}, {"evening"})."""
+    low = (query or "").lower()
+    if not any(word in low for word in _TIME_WORDS):
+        return set(), set()
     days = {WEEKDAYS[int(k[1:])] for m in _DAY_RE.finditer(query or "") for k, v in m.groupdict().items() if v}
     parts = {k for m in _DAY_PART_RE.finditer(query or "") for k, v in m.groupdict().items() if v}
     if re.search(r"\b(?:la|esta) noche\b", query or "", re.I):

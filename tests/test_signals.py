@@ -123,6 +123,10 @@ def test_markers_are_in_the_local_time_zone(tz):
     ("mercredi après-midi", {"wednesday"}, {"afternoon"}),
     ("game night with the team", set(), set()),  # not a time
     ("mañana hacemos el despliegue", set(), set()),  # "tomorrow", not "morning"
+    ("the MIÉRCOLES build and the sábado deploy", {"wednesday", "saturday"}, set()),
+    ("la matinée de dimanche, puis les soirées et les nuits", {"sunday"}, {"morning", "evening", "night"}),
+    ("falló de madrugada, no anoche ni esta noche", set(), {"night", "evening"}),
+    ("the overnight job and the Mondays standup this morning", {"monday"}, {"night", "morning"}),
     ("why is the exporter slow", set(), set()),
 ])
 def test_queries_name_days_and_parts_of_the_day(query, days, parts):
