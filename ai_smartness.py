@@ -213,8 +213,9 @@ BRIDGE_CANDIDATES = 5
 # plus MERGE_FILE_WEIGHT times the share of files they share. The fragment goes into the best
 # thread (active, not smaller than it) when that link is at least MERGE_FLOOR, MERGE_LEAD ahead
 # of the mean of the next two threads, and no weaker than the fragment holds together. A
-# runner-up that is itself a fragment whose clearest link is that best thread is a piece of the
-# same work, not a rival: the lead is taken over the next two other threads. The
+# runner-up that is itself a fragment whose clearest link is that best thread is no alternative
+# to it (joined with that fragment, this one would lead there too): the lead is taken over the
+# next two other threads. The
 # fragments among and near (MERGE_NEIGHBOURS centroids) the threads a batch changed are looked at.
 MERGE_MAX_MESSAGES, MERGE_YOUNG_SECONDS = 4, 86400.0
 MERGE_FLOOR, MERGE_LEAD, MERGE_FILE_WEIGHT, MERGE_NEIGHBOURS = 0.30, 0.10, 0.3, 8
@@ -3081,7 +3082,7 @@ def merge_choice(scored, kin=()):
     """scored: [(affinity, thread, ...)] of a fragment's neighbours (every status), best first. The
     active thread it clearly belongs to (at MERGE_FLOOR, MERGE_LEAD ahead of the next two), or
     None: two close candidates say nothing about which one it is. `kin`: ids of candidates that
-    are pieces of the best one's work (ThreadPlacement._kin), passed over as rivals."""
+    lean to the best one themselves (ThreadPlacement._kin), passed over as rivals."""
     if not scored or scored[0][0] < MERGE_FLOOR or scored[0][1]["status"] != "active":
         return None
     others = [s[0] for s in scored[1:] if s[1]["id"] not in kin][:2]
@@ -5662,8 +5663,9 @@ class ThreadPlacement:
 
     def _kin(self, scored, now):
         """Ids of the runners-up (after the best of `scored`) that are fragments whose own
-        clearest link is that best thread: one piece of its work, not a rival. None for a best
-        under MERGE_FLOOR: nothing merges there anyway."""
+        clearest link is that best thread: no alternative to it, since joining one of them
+        leads to that thread anyway (a chain of nearest links). Empty for a best under
+        MERGE_FLOOR: nothing merges there anyway."""
         if not scored or scored[0][0] < MERGE_FLOOR:
             return set()
         best, kin = scored[0][1], set()

@@ -156,7 +156,7 @@ def test_a_fragment_merges_only_into_a_clear_winner():
     assert ais.merge_choice([(0.5, a), (0.45, b), (0.42, c)]) is None  # no clear winner
     assert ais.merge_choice([(ais.MERGE_FLOOR - 0.01, a)]) is None  # clear but too weak
     assert ais.merge_choice([(0.5, dict(a, status="archived")), (0.1, b)]) is None
-    # b is a piece of a's work (its own clearest link is a): the lead is over the others.
+    # b leans to a itself (its own clearest link is a): the lead is over the others.
     d = {"id": "d", "status": "active"}
     assert ais.merge_choice([(0.5, a), (0.45, b), (0.42, c), (0.1, d)]) is None
     assert ais.merge_choice([(0.5, a), (0.45, b), (0.42, c), (0.1, d)], kin={"b"}) is a
