@@ -212,7 +212,10 @@ BRIDGE_CANDIDATES = 5
 # messages (the closest one there); a thread's link is the weakest over the fragment's messages,
 # plus MERGE_FILE_WEIGHT times the share of files they share. The fragment goes into the best
 # thread (active, not smaller than it) when that link is at least MERGE_FLOOR, MERGE_LEAD ahead
-# of the mean of the next two threads, and no weaker than the fragment holds together. The
+# of the mean of the next two threads, and no weaker than the fragment holds together. A
+# runner-up that is itself a fragment whose clearest link is that best thread is no alternative
+# to it (joined with that fragment, this one would lead there too): the lead is taken over the
+# next two other threads. The
 # fragments among and near (MERGE_NEIGHBOURS centroids) the threads a batch changed are looked at.
 MERGE_MAX_MESSAGES, MERGE_YOUNG_SECONDS = 4, 86400.0
 MERGE_FLOOR, MERGE_LEAD, MERGE_FILE_WEIGHT, MERGE_NEIGHBOURS = 0.30, 0.10, 0.3, 8
@@ -3081,13 +3084,14 @@ def is_fragment(thread, now):
             and not any(m.get("session") for m in thread["messages"]))
 
 
-def merge_choice(scored):
+def merge_choice(scored, kin=()):
     """scored: [(affinity, thread, ...)] of a fragment's neighbours (every status), best first. The
     active thread it clearly belongs to (at MERGE_FLOOR, MERGE_LEAD ahead of the next two), or
-    None: two close candidates say nothing about which one it is."""
+    None: two close candidates say nothing about which one it is. `kin`: ids of candidates that
+    lean to the best one themselves (ThreadPlacement._kin), passed over as rivals."""
     if not scored or scored[0][0] < MERGE_FLOOR or scored[0][1]["status"] != "active":
         return None
-    others = [s[0] for s in scored[1:3]]
+    others = [s[0] for s in scored[1:] if s[1]["id"] not in kin][:2]
     lead = scored[0][0] - (sum(others) / len(others) if others else 0.0)
     return scored[0][1] if lead >= MERGE_LEAD else None
 
@@ -5637,7 +5641,7 @@ class ThreadPlacement:
             if frag is None or not is_fragment(frag, now):
                 continue
             scored = self._fragment_links(frag)
-            target = merge_choice(scored)
+            target = merge_choice(scored, self._kin(scored, now))
             if target is None or scored[0][2] < self._cohesion(frag):
                 continue
             # Into a thread at least its size: a larger fragment that claims a smaller one
@@ -5672,6 +5676,21 @@ class ThreadPlacement:
         if self.foreign(frag["messages"]):
             links = list(zip((t for t, _ in links), rebased_cosines(links, frag.get("topics"))))
         return sorted(((thread_affinity(cos, frag, t), t, cos) for t, cos in links), key=lambda x: -x[0])
+
+    def _kin(self, scored, now):
+        """Ids of the runners-up (after the best of `scored`) that are fragments whose own
+        clearest link is that best thread: no alternative to it, since joining one of them
+        leads to that thread anyway (a chain of nearest links). Empty for a best under
+        MERGE_FLOOR: nothing merges there anyway."""
+        if not scored or scored[0][0] < MERGE_FLOOR:
+            return set()
+        best, kin = scored[0][1], set()
+        for _, cand, _ in scored[1:3]:
+            if cand is not best and is_fragment(cand, now):
+                links = self._fragment_links(cand)
+                if links and links[0][1] is best:
+                    kin.add(cand["id"])
+        return kin
 
     def _cohesion(self, frag):
         """The mean over a fragment's messages of the cosine of the closest other one there (0

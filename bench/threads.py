@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Thread decisions on labelled note streams: purity and fragmentation.
 
-usage: python bench/threads.py [--embedder hash|minilm|both] [--stream NAME] [--json] [-v]
+usage: python bench/threads.py [--embedder hash|minilm|both] [--stream NAME] [--held-out] [--json] [-v]
 
 Each stream of tests/streams_data.py (a new user's notes on two to four tasks, several
 phrasings, orders and languages) is captured note by note into a fresh memory, a minute apart, without a
 session id (as `ai_smartness.py capture` does). Per stream and embedder: threads, purity
 (share of messages in their thread's majority topic), fragmentation (threads per topic),
-single-message share. -v prints every thread's topics and title. Quality numbers are
+single-message share. -v prints every thread's topics and title. --held-out measures the
+held-out streams instead (streams_data.HELD_OUT: never tuned on). Quality numbers are
 deterministic.
 Exit codes: 0 done, 2 usage.
 """
@@ -51,10 +52,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--embedder", choices=("hash", "minilm", "both"), default="both")
     parser.add_argument("--stream", help="only this stream")
+    parser.add_argument("--held-out", action="store_true", help="the held-out streams instead")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("-v", action="store_true", help="print each thread")
     args = parser.parse_args(argv)
-    streams = streams_data.streams()
+    streams = streams_data.held_out_streams() if args.held_out else streams_data.streams()
     if args.stream:
         if args.stream not in streams:
             parser.error(f"unknown stream {args.stream!r}: {', '.join(streams)}")

@@ -188,6 +188,68 @@ OTHER = {
     },
 }
 
+# Held-out streams, written by a later helper without looking at any decision on them, and kept
+# out of streams() and the tests' figures: measured (bench/threads.py --held-out) to judge a
+# change on notes it was not tuned on, never used to tune. Three tasks in English each.
+HELD_OUT = {
+    "en-three": {
+        "import": [
+            "CSV import of customers chokes on semicolon-separated files",
+            "detect the delimiter from the first line instead of assuming commas",
+            "a 200 MB upload runs out of memory; stream the rows instead of loading the file",
+            "rows with a bad email are skipped silently, report them to the user",
+            "dates like 03/04/2024 are read as March in one file and April in another",
+            "show a progress bar while the import runs in the background job",
+            "import of the 50k-row sample file works, errors listed in a downloadable report",
+        ],
+        "leak": [
+            "the Node API's memory climbs to 2 GB over a day and the pod restarts",
+            "heap snapshot: thousands of listeners on the event emitter, never removed",
+            "each websocket reconnect adds another listener",
+            "remove the listener in the socket's close handler",
+            "the in-process LRU cache has no size limit either",
+            "after the fix memory stays flat at 300 MB for 48 hours",
+        ],
+        "ratelimit": [
+            "public API needs rate limiting per key before the launch",
+            "token bucket in Redis, 100 requests a minute per key",
+            "return 429 with a Retry-After header when the bucket is empty",
+            "the partner integration hits the limit during its nightly sync",
+            "higher quota for paid plans, read from the plan table",
+            "load test: limiter adds 2 ms per request, acceptable",
+            "document the limits and headers on the developer portal",
+        ],
+    },
+    "en-three-b": {
+        "django": [
+            "upgrade Django from 3.2 to 4.2 this sprint",
+            "url() is gone, every urls.py needs path() or re_path()",
+            "the admin templates override a block that was renamed",
+            "USE_L10N warning on startup, remove it from settings",
+            "third-party auth package pins Django below 4, find a fork",
+            "tests pass on 4.2 except two that compare timezone-aware datetimes",
+            "deployed the upgrade to staging, no errors in Sentry after a day",
+        ],
+        "darkmode": [
+            "add a dark theme toggle to the settings page",
+            "colors are hardcoded in forty components; move them to CSS variables",
+            "respect prefers-color-scheme on first visit",
+            "charts keep a white background in dark mode",
+            "save the chosen theme in the user profile so it follows them across devices",
+            "contrast of grey text fails accessibility checks on the dark background",
+            "designer signed off on the dark palette",
+        ],
+        "backup": [
+            "nightly database backup to S3 has silently failed since Tuesday",
+            "the cron job's IAM role lost write access to the bucket",
+            "alert when no new dump appears in the bucket for 26 hours",
+            "encrypt the dumps with a KMS key before upload",
+            "lifecycle rule: move dumps older than 30 days to Glacier",
+            "restore drill: yesterday's dump loads into a fresh instance in 12 minutes",
+        ],
+    },
+}
+
 
 def _round_robin(groups):
     out = []
@@ -231,6 +293,15 @@ def streams():
     four["docker"] = DOCKER
     out["four-interleaved"] = _round_robin(four)
     for name, groups in OTHER.items():
+        out[f"{name}-interleaved"] = _round_robin(groups)
+        out[f"{name}-mixed"] = _shuffled(groups, seed=len(name))
+    return out
+
+
+def held_out_streams():
+    """name -> [(topic, text)] of HELD_OUT, round-robin and mixed at random, as in streams()."""
+    out = {}
+    for name, groups in HELD_OUT.items():
         out[f"{name}-interleaved"] = _round_robin(groups)
         out[f"{name}-mixed"] = _shuffled(groups, seed=len(name))
     return out

@@ -121,6 +121,9 @@ def test_note_streams_with_minilm_make_few_mostly_pure_threads(tmp_path, model):
     from test_threads import replay
     _, members = replay(tmp_path / "terse", streams_data.streams()["terse-interleaved"], model)
     assert streams_data.purity(members) == 1.0 and len(members) <= 6
+    # A note whose runner-up leans to the same thread itself (_kin) merges: 7 threads before.
+    _, members = replay(tmp_path / "qm", streams_data.streams()["questions-mixed"], model)
+    assert streams_data.purity(members) >= 0.9 and len(members) <= 6
     purities, frags, foreign = [], [], []
     for name, stream in streams_data.streams().items():
         _, got = replay(tmp_path / name, stream, model)

@@ -27,7 +27,7 @@ def test_measures_on_a_known_split():
 
 
 def test_every_stream_holds_its_notes_once():
-    for name, stream in streams_data.streams().items():
+    for name, stream in {**streams_data.streams(), **streams_data.held_out_streams()}.items():
         texts = [t for _, t in stream]
         assert len(texts) == len(set(texts)) >= 20, name
 
@@ -156,6 +156,11 @@ def test_a_fragment_merges_only_into_a_clear_winner():
     assert ais.merge_choice([(0.5, a), (0.45, b), (0.42, c)]) is None  # no clear winner
     assert ais.merge_choice([(ais.MERGE_FLOOR - 0.01, a)]) is None  # clear but too weak
     assert ais.merge_choice([(0.5, dict(a, status="archived")), (0.1, b)]) is None
+    # b leans to a itself (its own clearest link is a): the lead is over the others.
+    d = {"id": "d", "status": "active"}
+    assert ais.merge_choice([(0.5, a), (0.45, b), (0.42, c), (0.1, d)]) is None
+    assert ais.merge_choice([(0.5, a), (0.45, b), (0.42, c), (0.1, d)], kin={"b"}) is a
+    assert ais.merge_choice([(0.5, a), (0.45, b), (0.42, c), (0.4, d)], kin={"b"}) is None
 
 
 def test_the_language_of_a_note_is_read_from_its_function_words():
