@@ -399,7 +399,7 @@ BRIEF_FILES, BRIEF_OTHERS = 6, 3
 # Files of the last thread the briefing names before the digest's files in play (DIGEST_FILES);
 # characters of the task and of a thread title there; a prompt shorter than TASK_MIN_CHARS sets
 # no task ("continue").
-BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 3, 10, 80, 50, 20
+BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 3, 10, 80, 40, 20
 # Topics of the last work-stream the briefing names.
 BRIEF_TOPICS = 6
 # The start of a conclusion always kept (its first sentences up to this length).
@@ -7915,29 +7915,32 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
     def paths(items, label):  # the whole paths that fit on a line after `label`
         return join_within(items, min(BRIEF_FILES_CHARS, left() - len(label)))
 
+    own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
+    files = list(dict.fromkeys(own[:BRIEF_OWN_FILES] + in_play))
+    last = conclusion_of(hb.get("last_conclusion") or next(
+        (m["text"] for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), ""))
+    last = "" if _PLAN_RE.match(last) else last  # only what it was about to do: no conclusion
     title = shorten(hot["title"], BRIEF_TITLE_CHARS)
     where = tr("brief_hot", lang, title=title, age=age_ago(now - ts_of(hot, "last_active"), lang))
     cap = min(BRIEF_WHERE_CHARS, budget - 1)
+    # Its topics and task leave room for the files and a line of the last conclusion.
+    below = len(tr("brief_files", lang, files=join_within(files, BRIEF_FILES_CHARS))) + 1 if files else 0
+    fill = min(cap, budget - 1 - below - (BRIEF_MIN_LINE + 1 if last else 0))
     topics = join_within(telling_topics(hot, title, common)[:BRIEF_TOPICS],
-                         cap - len(where) - len(tr("brief_topics", lang, topics="")) - 1)
+                         fill - len(where) - len(tr("brief_topics", lang, topics="")) - 1)
     if topics:
         where += " " + tr("brief_topics", lang, topics=topics)
     task = hb.get("last_task") or ""
-    room_task = min(BRIEF_TASK_CHARS, cap - len(where) - len(tr("brief_task", lang, text="")) - 1)
+    room_task = min(BRIEF_TASK_CHARS, fill - len(where) - len(tr("brief_task", lang, text="")) - 1)
     # A task cut to a few words says nothing.
     if task and not repeats(task, hot["title"]) and room_task >= BRIEF_MIN_LINE:
         where += " " + tr("brief_task", lang, text=shorten(task, room_task).rstrip(".!?"))
     lines.append(shorten(where, cap))
-    own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
-    files = list(dict.fromkeys(own[:BRIEF_OWN_FILES] + in_play))
     named = paths(files, tr("brief_files", lang, files=""))
     add(tr("brief_files", lang, files=named), named)
     changed = paths([p for p in thread_changed(hot) if p not in files][:CHANGED_SHOWN],
                     tr("changed_in_git", lang, files=""))
     add(tr("changed_in_git", lang, files=changed), changed)
-    last = conclusion_of(hb.get("last_conclusion") or next(
-        (m["text"] for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), ""))
-    last = "" if _PLAN_RE.match(last) else last  # only what it was about to do: no conclusion
     outcomes = thread_outcomes(hot)[-1:]  # the latest only
     if outcomes and last and repeats(outcomes[0]["text"], last):  # the conclusion says what it resolved
         add(tr("brief_resolved", lang, items=outcome_text(dict(outcomes[0], text=last), lang, BRIEF_SUMMARY_CHARS)))

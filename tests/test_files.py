@@ -355,6 +355,15 @@ def test_the_briefing_names_the_topics_that_tell_work_streams_apart():
     assert ais.common_topics({"a": {"topics": ["react"]}, "b": {"topics": ["vue"]}}) == set()  # one stream each
 
 
+def test_the_topics_leave_room_for_the_files_and_the_last_conclusion():
+    now = 1_800_000_000
+    hot = {"id": "t1", "title": "checkout flow", "last_active": ais.iso(now - 60), "messages": [],
+           "topics": [f"topic{i}word" for i in range(8)], "files": {"src/checkout/cart.ts": {"at": ais.iso(now)}}}
+    lines = ais.where_work_stopped(hot, {}, [], {"last_conclusion": "The cart now survives a reload."}, now, "en", 150)
+    assert lines[1:] == ["Files: src/checkout/cart.ts.", "Last: The cart now survives a reload."]
+    assert "Topics: topic0word" in lines[0] and sum(len(x) + 1 for x in lines) <= 150
+
+
 def test_the_briefing_shows_no_announcement_as_the_last_conclusion():
     now = 1_800_000_000
     hot = {"id": "t1", "title": "checkout flow", "last_active": ais.iso(now - 60), "messages": []}
@@ -376,7 +385,7 @@ def test_the_briefing_names_the_last_task_before_any_thread_is_stored(project):
                            last_conclusion="The export now streams. Next: a progress bar.",
                            last_interaction=ais.iso(time.time() - 7200))  # its captures still journaled
     text = json.loads(ais.hook_start(store, {"source": "startup"}, None))["hookSpecificOutput"]["additionalContext"]
-    assert text.splitlines()[1:] == ['Where the work stopped: "Make the export stream rows instead of loading…" (2 h ago).',
+    assert text.splitlines()[1:] == ['Where the work stopped: "Make the export stream rows instead of…" (2 h ago).',
                                      "Last: The export now streams. Next: a progress bar."]
 
 
