@@ -402,9 +402,9 @@ BRIEF_FILES, BRIEF_OTHERS = 6, 3
 # Files of the last thread the briefing names before the digest's files in play (DIGEST_FILES);
 # characters of the task and of a thread title there; a prompt shorter than TASK_MIN_CHARS sets
 # no task ("continue").
-BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 3, 10, 80, 50, 20
+BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 3, 10, 80, 40, 20
 # Topics of the last work-stream the briefing names.
-BRIEF_TOPICS = 4
+BRIEF_TOPICS = 6
 # The start of a conclusion always kept (its first sentences up to this length).
 CONCLUSION_HEAD_CHARS = 40
 # Characters of the briefing's files line (whole paths only); of an other work-stream's title,
@@ -413,6 +413,9 @@ CONCLUSION_HEAD_CHARS = 40
 BRIEF_FILES_CHARS, BRIEF_OTHER_TITLE_CHARS, BRIEF_OTHER_TOPICS, BRIEF_OTHERS_ROOM, BRIEF_MIN_LINE = 90, 40, 25, 140, 40
 # Characters of the briefing's line on where the work stopped (the task, its topics).
 BRIEF_WHERE_CHARS = 140
+# Topics of this share of the stored work-streams or more (and of BRIEF_COMMON_MIN streams or
+# more) tell none of them apart: the briefing leaves them out.
+BRIEF_COMMON_TOPICS, BRIEF_COMMON_MIN = 0.2, 2
 
 # ---- LLM backends ----
 LLM_BACKENDS = ("off", "claude-cli", "anthropic", "openai-compatible")
@@ -7960,20 +7963,37 @@ def repeats(a, b):
     return bool(a) and a[:CONCLUSION_HEAD_CHARS] in b
 
 
+def common_topics(digest):
+    """Topics of a BRIEF_COMMON_TOPICS share or more of the stored work-streams (and of
+    BRIEF_COMMON_MIN of them or more): a word that names many streams tells none apart."""
+    counts = Counter(x for t in digest.values() for x in set(t.get("topics", [])))
+    least = max(BRIEF_COMMON_MIN, BRIEF_COMMON_TOPICS * len(digest))
+    return {x for x, c in counts.items() if c >= least}
+
+
+def telling_topics(thread, title, common):
+    """A work-stream's topics that add to its `title` as shown: not a word of it, not `common`."""
+    said = set(re.findall(r"\w+", title.lower()))
+    return [x for x in thread.get("topics", []) if x not in common and x not in said]
+
+
 def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
     """The briefing's lines on the work, within `room` characters: where it stopped (the thread
-    worked on last, its topics, the last prompt that set a task), the agent's last conclusion and
-    next step, the files in play (the last thread's newest, then the digest's `in_play`), what was
-    resolved; then the other recent work-streams, a line each, for which room is kept."""
+    worked on last, the topics that tell it apart, the last prompt that set a task), the agent's
+    last conclusion and next step, the files in play (the last thread's newest, then the digest's
+    `in_play`), what was resolved; then the other recent work-streams, a line each, for which
+    room is kept."""
     named = [hot["title"], hb.get("last_task") or ""]  # each work-stream once
+    common = common_topics(digest)
     others = []
     for t in sorted(digest.values(), key=lambda t: ts_of(t, "last_active"), reverse=True):
         if len(others) == BRIEF_OTHERS:
             break
         if t.get("title") and not t.get("tool_title") and not any(repeats(t["title"], x) for x in named):
             named.append(t["title"])
-            others.append(tr("brief_other", lang, title=shorten(t["title"], BRIEF_OTHER_TITLE_CHARS),
-                             topics=join_within(t.get("topics", []), BRIEF_OTHER_TOPICS)).replace(" ()", ""))
+            title = shorten(t["title"], BRIEF_OTHER_TITLE_CHARS)
+            others.append(tr("brief_other", lang, title=title, topics=join_within(
+                telling_topics(t, title, common), BRIEF_OTHER_TOPICS)).replace(" ()", ""))
     others = [tr("brief_others", lang)] + others if others else []
     budget = room - min(BRIEF_OTHERS_ROOM, sum(len(x) + 1 for x in others))
     lines = []
@@ -7988,28 +8008,32 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
     def paths(items, label):  # the whole paths that fit on a line after `label`
         return join_within(items, min(BRIEF_FILES_CHARS, left() - len(label)))
 
-    where = tr("brief_hot", lang, title=shorten(hot["title"], BRIEF_TITLE_CHARS),
-               age=age_ago(now - ts_of(hot, "last_active"), lang))
+    own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
+    files = list(dict.fromkeys(own[:BRIEF_OWN_FILES] + in_play))
+    last = conclusion_of(hb.get("last_conclusion") or next(
+        (m["text"] for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), ""))
+    last = "" if _PLAN_RE.match(last) else last  # only what it was about to do: no conclusion
+    title = shorten(hot["title"], BRIEF_TITLE_CHARS)
+    where = tr("brief_hot", lang, title=title, age=age_ago(now - ts_of(hot, "last_active"), lang))
     cap = min(BRIEF_WHERE_CHARS, budget - 1)
-    topics = join_within(hot.get("topics", [])[:BRIEF_TOPICS],
-                         cap - len(where) - len(tr("brief_topics", lang, topics="")) - 1)
+    # Its topics and task leave room for the files and a line of the last conclusion.
+    below = len(tr("brief_files", lang, files=join_within(files, BRIEF_FILES_CHARS))) + 1 if files else 0
+    fill = min(cap, budget - 1 - below - (BRIEF_MIN_LINE + 1 if last else 0))
+    topics = join_within(telling_topics(hot, title, common)[:BRIEF_TOPICS],
+                         fill - len(where) - len(tr("brief_topics", lang, topics="")) - 1)
     if topics:
         where += " " + tr("brief_topics", lang, topics=topics)
     task = hb.get("last_task") or ""
-    room_task = min(BRIEF_TASK_CHARS, cap - len(where) - len(tr("brief_task", lang, text="")) - 1)
+    room_task = min(BRIEF_TASK_CHARS, fill - len(where) - len(tr("brief_task", lang, text="")) - 1)
     # A task cut to a few words says nothing.
     if task and not repeats(task, hot["title"]) and room_task >= BRIEF_MIN_LINE:
         where += " " + tr("brief_task", lang, text=shorten(task, room_task).rstrip(".!?"))
     lines.append(shorten(where, cap))
-    own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
-    files = list(dict.fromkeys(own[:BRIEF_OWN_FILES] + in_play))
     named = paths(files, tr("brief_files", lang, files=""))
     add(tr("brief_files", lang, files=named), named)
     changed = paths([p for p in thread_changed(hot) if p not in files][:CHANGED_SHOWN],
                     tr("changed_in_git", lang, files=""))
     add(tr("changed_in_git", lang, files=changed), changed)
-    last = conclusion_of(hb.get("last_conclusion") or next(
-        (m["text"] for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), ""))
     outcomes = thread_outcomes(hot)[-1:]  # the latest only
     if outcomes and last and repeats(outcomes[0]["text"], last):  # the conclusion says what it resolved
         add(tr("brief_resolved", lang, items=outcome_text(dict(outcomes[0], text=last), lang, BRIEF_SUMMARY_CHARS)))

@@ -293,12 +293,12 @@ def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_wo
     digest = {"t2": {"title": "login form", "topics": ["login", "validation"], "last_active": at}}
     hb = {"last_task": "make the parser twice as fast", "last_conclusion": ""}
     lines = ais.where_work_stopped(hot, digest, ["src/lexer.py", "src/parser.py"], hb, now, "en", 400)
-    assert lines[0] == ('Where the work stopped: "parser speed-up" (1 h ago). Topics: parser, tokens, cache. '
+    assert lines[0] == ('Where the work stopped: "parser speed-up" (1 h ago). Topics: tokens, cache. '  # not the title's
                         'Task: make the parser twice as fast.')
     assert lines[1] == "Files: src/parser.py, src/lexer.py."  # the last thread's first, no twice
     assert lines[2] == "Last: The parser now caches tokens. Next: profile the lexer."  # "Done ✅" says nothing
     assert lines[3].startswith("Resolved: pytest tests/test_parser.py (")  # with its date
-    assert lines[4:] == ["Other recent work:", "- login form (login, validation)"]
+    assert lines[4:] == ["Other recent work:", "- login form (validation)"]
 
 
 def test_the_briefing_keeps_room_for_the_other_work_and_cuts_no_path():
@@ -335,9 +335,41 @@ def test_the_other_work_streams_are_named_by_people_not_by_a_tools_output(projec
     now = time.time()
     hot = {"id": "hot", "title": "checkout flow", "last_active": ais.iso(now - 60), "messages": []}
     digest = {"a": {"title": "Read src/cart.py:", "tool_title": True, "last_active": ais.iso(now - 120)},
-              "b": {"title": "Rework the invoice rounding", "topics": ["invoice"], "last_active": ais.iso(now - 180)}}
+              "b": {"title": "Rework the invoice rounding", "topics": ["invoice", "bank"], "last_active": ais.iso(now - 180)}}
     lines = ais.where_work_stopped(hot, digest, [], {}, now, "en", 400)
-    assert lines[-2:] == ["Other recent work:", "- Rework the invoice rounding (invoice)"]
+    assert lines[-2:] == ["Other recent work:", "- Rework the invoice rounding (bank)"]
+
+
+def test_the_briefing_names_the_topics_that_tell_work_streams_apart():
+    now = 1_800_000_000
+    at = ais.iso(now - 3600)
+    hot = {"id": "t1", "title": "speed up the parser", "last_active": at, "messages": [],
+           "topics": ["react", "parser", "tokenizer", "lookahead", "backtracking", "memo", "grammar", "unicode"]}
+    # "react" names every stream of this project: it tells none apart.
+    digest = {f"t{i}": {"title": f"stream {i}", "topics": ["react", f"topic{i}"], "last_active": ais.iso(now - 7200 - i)}
+              for i in range(2, 6)}
+    lines = ais.where_work_stopped(hot, dict(digest, t1=dict(hot)), [], {}, now, "en", 400)
+    assert lines[0].endswith("Topics: tokenizer, lookahead, backtracking, memo, grammar, unicode.")
+    assert "- stream 2 (topic2)" in lines
+    assert ais.common_topics(digest) == {"react"}
+    assert ais.common_topics({"a": {"topics": ["react"]}, "b": {"topics": ["vue"]}}) == set()  # one stream each
+
+
+def test_the_topics_leave_room_for_the_files_and_the_last_conclusion():
+    now = 1_800_000_000
+    hot = {"id": "t1", "title": "checkout flow", "last_active": ais.iso(now - 60), "messages": [],
+           "topics": [f"topic{i}word" for i in range(8)], "files": {"src/checkout/cart.ts": {"at": ais.iso(now)}}}
+    lines = ais.where_work_stopped(hot, {}, [], {"last_conclusion": "The cart now survives a reload."}, now, "en", 150)
+    assert lines[1:] == ["Files: src/checkout/cart.ts.", "Last: The cart now survives a reload."]
+    assert "Topics: topic0word" in lines[0] and sum(len(x) + 1 for x in lines) <= 150
+
+
+def test_the_briefing_shows_no_announcement_as_the_last_conclusion():
+    now = 1_800_000_000
+    hot = {"id": "t1", "title": "checkout flow", "last_active": ais.iso(now - 60), "messages": []}
+    lines = ais.where_work_stopped(hot, {}, [], {"last_conclusion": "Let me create a summary of the work."},
+                                   now, "en", 400)
+    assert not any(x.startswith("Last:") for x in lines)
 
 
 def test_a_conclusion_skips_cheers_and_announcements():
@@ -353,7 +385,7 @@ def test_the_briefing_names_the_last_task_before_any_thread_is_stored(project):
                            last_conclusion="The export now streams. Next: a progress bar.",
                            last_interaction=ais.iso(time.time() - 7200))  # its captures still journaled
     text = json.loads(ais.hook_start(store, {"source": "startup"}, None))["hookSpecificOutput"]["additionalContext"]
-    assert text.splitlines()[1:] == ['Where the work stopped: "Make the export stream rows instead of loading…" (2 h ago).',
+    assert text.splitlines()[1:] == ['Where the work stopped: "Make the export stream rows instead of…" (2 h ago).',
                                      "Last: The export now streams. Next: a progress bar."]
 
 
