@@ -2996,8 +2996,9 @@ def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None
     best match) / REACTIVATE / NEW_THREAD.
 
     Evidence is relative: the best active thread is continued at `continue`, or from `borderline`
-    up when it leads the next two candidates (their mean) by `margin`: one clear match among
-    unrelated threads, at the low similarities short notes have. `follow` is the thread the
+    up when it leads the next two candidates (their mean, one missing counted at `borderline`)
+    by `margin`: one clear match among unrelated threads, at the low similarities short notes
+    have. `follow` is the thread the
     content's turn went to (its prompt's): tool results and conclusions stay there unless
     another thread is both above `continue` and `turn_margin` ahead. A prompt forks a sub-task
     only from `current`, its session's current thread (True: any thread it resumes, for the
@@ -3014,9 +3015,12 @@ def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None
            "borderline": False, "thread_id": None, "parent_id": None}
 
     def lead(entry):  # its score less the mean of the next two: a piece of the same work close
-        # behind (a thread an earlier note started) does not hide a lead over the rest
+        # behind (a thread an earlier note started) does not hide a lead over the rest. A rival
+        # memory does not hold yet counts at `borderline`, what an unrelated thread may score:
+        # with one thread or two, a weak match is not ahead of nothing.
         others = [s[0] for s in scored if s[2] is not entry[2]][:2]
-        return entry[0] - (sum(others) / len(others) if others else 0.0)
+        others += [th["borderline"]] * (2 - len(others))
+        return entry[0] - sum(others) / 2
     if follow is not None:
         own = next((s for s in scored if s[2] is follow), (0.0, 0.0, follow))
         rival = next((s for s in scored if s[2] is not follow), None)

@@ -29,8 +29,8 @@ def test_topic_overlap_matches_stems_but_exact_bonus_needs_equal_words():
 
 @pytest.mark.parametrize("cos,action", [(0.51, "CONTINUE"), (0.49, "NEW_THREAD")])
 def test_continue_threshold(cos, action):
-    # 0.7 * cos alone (no topics): 0.357 continues, 0.343 does not when another thread is as close.
-    result = ais.decide([], [(thread("t1"), cos), (thread("t2"), cos - 0.01)], CFG)
+    # 0.7 * cos alone (no topics): 0.357 continues, 0.343 does not when other threads are as close.
+    result = ais.decide([], [(thread("t1"), cos), (thread("t2"), cos - 0.01), (thread("t3"), cos - 0.02)], CFG)
     assert result["action"] == action
     assert result["score"] == pytest.approx(0.7 * cos)
     assert result["thread_id"] == ("t1" if action == "CONTINUE" else None)
@@ -47,6 +47,11 @@ def test_below_continue_the_best_thread_continues_only_when_clearly_ahead():
     # the lead is over the mean of the next two: 0.21 against (0.175 + 0) / 2
     assert ais.decide([], [(thread("t1"), 0.3), (thread("t2"), 0.25), (thread("t3"), 0.0)], CFG)["action"] == "CONTINUE"
     assert ais.decide([], [(thread("t1"), 0.3), (thread("t2"), 0.25), (thread("t3"), 0.2)], CFG)["action"] == "NEW_THREAD"
+    # a rival memory does not hold yet counts at the floor: with one thread or two, a weak
+    # match is not ahead of nothing (0.105 against 0.10; 0.105 against (0.035 + 0.10) / 2)
+    assert ais.decide([], [(thread("t1"), 0.15)], CFG)["action"] == "NEW_THREAD"
+    assert ais.decide([], [(thread("t1"), 0.15), (thread("t2"), 0.05)], CFG)["action"] == "NEW_THREAD"
+    assert ais.decide([], [(thread("t1"), 0.3)], CFG)["action"] == "CONTINUE"
     # alone but under the floor (0.07 < 0.10): nothing is close
     far = ais.decide([], [(thread("t1"), 0.1)], CFG)
     assert far["action"] == "NEW_THREAD" and not far["borderline"]

@@ -132,6 +132,7 @@ def test_note_streams_with_minilm_make_few_mostly_pure_threads(tmp_path, model):
             continue
         purities.append(streams_data.purity(got))
         frags.append(streams_data.fragmentation(got))
-    assert sum(purities) / len(purities) >= 0.9 and min(purities) >= 0.75
+    # A weak match is not ahead of a rival memory does not hold yet: prose-blocks 0.75 -> 0.95.
+    assert sum(purities) / len(purities) >= 0.9 and min(purities) >= 0.8
     assert sum(frags) / len(frags) <= 1.8
     assert min(p for p, _ in foreign) >= 0.95 and max(f for _, f in foreign) <= 2.5
