@@ -367,8 +367,9 @@ FILE_OPS = {"Read": "read", "Write": "write", "Edit": "edit", "MultiEdit": "edit
             "Bash": "run"}
 # Files one capture records at most, and path characters kept for one.
 MAX_CAPTURE_FILES, FILE_PATH_CHARS = 12, 300
-# The files a thread lists (the most recently touched), and a message's newest files kept per file.
-THREAD_FILES, FILE_RECENT_MESSAGES = 20, 12
+# The files a thread lists (the most recently touched), and a file's newest messages kept (the
+# quotes about it are chosen among them: Memory.context).
+THREAD_FILES, FILE_RECENT_MESSAGES = 20, 24
 # Messages (the newest) replayed to build the file table after a load.
 FILE_TABLE_MESSAGES = 20000
 # Ranking of the files in play (FileTable.rank): weights of a name in the prompt (path or
@@ -385,6 +386,13 @@ FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
 FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 3
 # Characters of such a message shown: its start, verbatim (an edit, the head of a file).
 EVIDENCE_CHARS = 240
+# The messages quoted for the first files are those whose quotes stand for the most of their
+# messages (standing_quotes): a quote stands for a message when it repeats STAND_SHARE of the
+# message's word 5-grams, or STAND_GRAMS of them (a passage of about 25 words) for a long one:
+# the head of a file as read stands for every read of it. On replayed Claude Code sessions
+# this brings back more of the earlier work on those files than their newest messages
+# (bench/README.md).
+STAND_SHARE, STAND_GRAMS = 0.5, 20
 # An item whose line has this share of its word REPEAT_SHINGLE-grams in the lines injected
 # before it repeats them (the same file read again): it is skipped (pack_items).
 REPEAT_SHARE, REPEAT_SHINGLE = 0.9, 5
@@ -4463,6 +4471,26 @@ def shingles(text):
     return set(zip(*(low[j:] for j in range(REPEAT_SHINGLE))))
 
 
+def standing_quotes(quotes, texts, limit):
+    """Indices of at most `limit` of `quotes` (quotes[i] is cut from texts[i]), chosen greedily
+    to stand for the most `texts` (STAND_SHARE / STAND_GRAMS); the first index on a tie.
+    Quotes that stand for nothing new are not chosen."""
+    grams = [shingles(t) for t in texts]
+    need = [min(STAND_GRAMS, -int(-STAND_SHARE * len(g) // 1)) for g in grams]  # a ceiling
+    covers = []
+    for quote in quotes:
+        q = shingles(quote)
+        covers.append({j for j, g in enumerate(grams) if g and len(q & g) >= need[j]})
+    chosen, covered = [], set()
+    for _ in range(limit):
+        best = max(range(len(quotes)), key=lambda i: (len(covers[i] - covered), -i), default=None)
+        if best is None or not covers[best] - covered:
+            break
+        chosen.append(best)
+        covered |= covers[best]
+    return chosen
+
+
 def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_cost=None, render=None, shown=None):
     """Greedy packing: best items first, each shortened to at most `max_item`. An item that
     does not fit whole is shortened to the space left only when most of it still fits, else
@@ -6201,9 +6229,7 @@ class Memory(MemoryWriter):
         hits = [h for h in hits if not self.msgs[h["message_id"]].get("dropped")]  # by the LLM: LLMWork
         now = self.clock()
         files = self.file_table().rank(prompt, FILES_SHOWN)
-        # The first file's newest messages first: it is the one most often in play.
-        evidence = [self._file_hit(m) for _, st in files[:EVIDENCE_FILES]
-                    for m in [m for m in reversed(st["mids"]) if m in self.msgs and m not in skip][:EVIDENCE_PER_FILE]]
+        evidence = self._file_quotes(files[:EVIDENCE_FILES], skip)
         shown = {h["message_id"] for h in evidence}
         hits = [h for h in hits if h["message_id"] not in shown]
         current = self.current_thread(session, skip)
@@ -6215,6 +6241,18 @@ class Memory(MemoryWriter):
                 "thread_ids": list(dict.fromkeys(i["thread_id"] for i in items)),
                 "items": [{"message_id": i["message_id"], "text": i["line"],
                            "full_len": len(item_line(self.msgs[i["message_id"]], self.lang))} for i in items]}
+
+    def _file_quotes(self, files, skip):
+        """The messages quoted for the first `files`: those standing for the most of their
+        recent messages (standing_quotes: one read of a file's head stands for all its reads),
+        then the newest, the first file's first; EVIDENCE_PER_FILE per file on average."""
+        mids = list(dict.fromkeys(m for _, st in files for m in reversed(st["mids"])
+                                  if m in self.msgs and m not in skip))
+        hits = [self._file_hit(m) for m in mids]
+        limit = EVIDENCE_PER_FILE * len(files)
+        chosen = standing_quotes([h["text"] for h in hits], [self.msgs[m]["text"] for m in mids], limit)
+        chosen += [i for i in range(len(hits)) if i not in chosen]
+        return [hits[i] for i in chosen[:limit]]
 
     def _file_hit(self, mid):
         """A message about a file in play as retrieve() returns a hit, its start verbatim."""
