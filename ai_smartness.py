@@ -392,7 +392,9 @@ EVIDENCE_CHARS = 240
 # the head of a file as read stands for every read of it. On replayed Claude Code sessions
 # this brings back more of the earlier work on those files than their newest messages
 # (bench/README.md).
-STAND_SHARE, STAND_GRAMS = 0.5, 20
+# STAND_TEXT_CHARS of a message are compared (its head: a bound on the work per prompt); the
+# word 5-grams of the STAND_CACHE messages compared last are kept (FileTable.head_grams).
+STAND_SHARE, STAND_GRAMS, STAND_TEXT_CHARS, STAND_CACHE = 0.5, 20, 1000, 300
 # An item whose line has this share of its word REPEAT_SHINGLE-grams in the lines injected
 # before it repeats them (the same file read again): it is skipped (pack_items).
 REPEAT_SHARE, REPEAT_SHINGLE = 0.9, 5
@@ -4471,16 +4473,22 @@ def shingles(text):
     return set(zip(*(low[j:] for j in range(REPEAT_SHINGLE))))
 
 
-def standing_quotes(quotes, texts, limit):
-    """Indices of at most `limit` of `quotes` (quotes[i] is cut from texts[i]), chosen greedily
-    to stand for the most `texts` (STAND_SHARE / STAND_GRAMS); the first index on a tie.
-    Quotes that stand for nothing new are not chosen."""
-    grams = [shingles(t) for t in texts]
-    need = [min(STAND_GRAMS, -int(-STAND_SHARE * len(g) // 1)) for g in grams]  # a ceiling
-    covers = []
-    for quote in quotes:
-        q = shingles(quote)
-        covers.append({j for j, g in enumerate(grams) if g and len(q & g) >= need[j]})
+def standing_quotes(quotes, grams, limit):
+    """Indices of at most `limit` of `quotes` (quotes[i] is cut from text i), chosen greedily to
+    stand for the most texts, given as their `grams` (quotes and texts as shingles;
+    STAND_SHARE / STAND_GRAMS); the first index on a tie. Quotes that stand for nothing new
+    are not chosen."""
+    where = {}  # a gram -> the quotes holding it
+    for i, quote in enumerate(quotes):
+        for gram in quote:
+            where.setdefault(gram, []).append(i)
+    covers = [set() for _ in quotes]
+    for j, text_grams in enumerate(grams):
+        need = min(STAND_GRAMS, -int(-STAND_SHARE * len(text_grams) // 1))  # a ceiling
+        shared = Counter(i for gram in text_grams if gram in where for i in where[gram])
+        for i, n in shared.items():
+            if n >= need:
+                covers[i].add(j)
     chosen, covered = [], set()
     for _ in range(limit):
         best = max(range(len(quotes)), key=lambda i: (len(covers[i] - covered), -i), default=None)
@@ -4549,6 +4557,7 @@ class FileTable:
         self.postings = {}  # word -> the files whose words hold it: a prompt is scored against those only
         self._turns = {}  # session -> (the terms of its latest prompt, the files touched since)
         self.failures = {}  # (session, command) -> the message of its latest failure, until it passes
+        self._heads = {}  # message id -> the shingles of its quote and head, for the STAND_CACHE last asked
 
     def note(self, msg, ts):
         """Learn from one message (of time `ts`), given in time order."""
@@ -4598,6 +4607,18 @@ class FileTable:
             st["size"] = sum(st["words"].values())
             for word in set(bag).difference(st["words"]):
                 self.postings[word].discard(path)
+
+    def head_grams(self, mid, text):
+        """The shingles of a message's quote (EVIDENCE_CHARS of its `text`) and of its head
+        (STAND_TEXT_CHARS): the next prompts quote about the same files, and a warm memory
+        does not compute them again."""
+        grams = self._heads.pop(mid, None)
+        if grams is None:
+            grams = shingles(text[:EVIDENCE_CHARS]), shingles(text[:STAND_TEXT_CHARS])
+        self._heads[mid] = grams
+        if len(self._heads) > STAND_CACHE:
+            del self._heads[next(iter(self._heads))]
+        return grams
 
     def mentioned(self, text):
         """The known files a text names, by path or by a basename no other known file has."""
@@ -6248,11 +6269,13 @@ class Memory(MemoryWriter):
         then the newest, the first file's first; EVIDENCE_PER_FILE per file on average."""
         mids = list(dict.fromkeys(m for _, st in files for m in reversed(st["mids"])
                                   if m in self.msgs and m not in skip))
-        hits = [self._file_hit(m) for m in mids]
+        texts = [self.msgs[m]["text"] for m in mids]
         limit = EVIDENCE_PER_FILE * len(files)
-        chosen = standing_quotes([h["text"] for h in hits], [self.msgs[m]["text"] for m in mids], limit)
-        chosen += [i for i in range(len(hits)) if i not in chosen]
-        return [hits[i] for i in chosen[:limit]]
+        # Chosen on the stored text, redacted at capture: only the quotes shown are cut again.
+        heads = [self.file_table().head_grams(m, t) for m, t in zip(mids, texts)]
+        chosen = standing_quotes([q for q, _ in heads], [g for _, g in heads], limit)
+        chosen += [i for i in range(len(mids)) if i not in chosen]
+        return [self._file_hit(mids[i]) for i in chosen[:limit]]
 
     def _file_hit(self, mid):
         """A message about a file in play as retrieve() returns a hit, its start verbatim."""
