@@ -6267,10 +6267,11 @@ class Memory(MemoryWriter):
                            "full_len": len(item_line(self.msgs[i["message_id"]], self.lang))} for i in items]}
 
     def _file_quotes(self, files, skip):
-        """The messages quoted for the first `files`: those standing for the most of their
-        recent messages (standing_quotes: one read of a file's head stands for all its reads),
-        then the newest, the first file's first; EVIDENCE_PER_FILE per file on average."""
-        mids = list(dict.fromkeys(m for _, st in files for m in reversed(st["mids"])
+        """The messages quoted for the first `files`: among each file's last read or write (its
+        last known state) and its recent messages, those standing for the most of them
+        (standing_quotes: one read of a file's head stands for all its reads), then the newest,
+        the first file's first; EVIDENCE_PER_FILE per file on average."""
+        mids = list(dict.fromkeys(m for _, st in files for m in (st.get("state"), *reversed(st["mids"]))
                                   if m in self.msgs and m not in skip))
         texts = [self.msgs[m]["text"] for m in mids]
         limit = EVIDENCE_PER_FILE * len(files)

@@ -179,6 +179,18 @@ def test_a_files_head_as_read_is_quoted_though_newer_edits_came_after_it(project
     assert quotes[2].endswith("- step 1 + stage 1"), quotes
 
 
+def test_a_files_last_read_is_a_quote_though_newer_messages_pushed_it_out_of_its_recent_ones(project):
+    mem = ais.open_memory(str(project))
+    mem.store.inbox_append(ais.prepare_capture(f"Read src/PlayerList.tsx:\n{HEAD}", "tool:Read", session_id="s1",
+                                               files=["src/PlayerList.tsx"], op="read"))
+    for k in range(ais.FILE_RECENT_MESSAGES):
+        mem.store.inbox_append(ais.prepare_capture(f"$ npm test -- src/PlayerList.tsx (run {k})", "tool:Bash",
+                                                   session_id="s1", files=["src/PlayerList.tsx"], op="run"))
+    mem.flush()
+    text = mem.context("the team's player list is empty", session="s2")["text"]
+    assert "import { useState }" in text.split("\n# ", 1)[0]  # its last known state, under the files
+
+
 def test_the_current_work_is_the_sessions_latest_thread_when_it_touched_files(project):
     mem = work(project)
     mem.capture("an unrelated note about the team offsite in march", session_id="s9")
