@@ -40,7 +40,8 @@ Life of a prompt:
        vector serves its retrieval and its capture), then answers under the lock.
     3. hook_inject(): detect_rules() keeps the rules the prompt states (user_rules.json);
        Memory.context(): FileTable.rank() names the files in play, Memory.current_thread()
-       the work in progress, the first files' latest messages come first, then Memory.retrieve()
+       the work in progress, the first files' messages that stand for most of their work come
+       first (standing_quotes()), then Memory.retrieve()
        ranks messages (lexical and dense scores, thread signals); render_context() packs
        them, and the rules, into inject_budget chars.
     4. The hook prints it as additional context (context_output()); heartbeat.json notes the
@@ -4545,13 +4546,13 @@ _CAMEL_RE = LazyRe(r"(?<=[a-z0-9])(?=[A-Z])")
 
 class FileTable:
     """What the memory knows of each project file, from the messages that touched or named it
-    (given in time order to note()): how often and when it was touched, its newest messages,
-    and the words of the turns that touched it: the prompt that started the turn and the
-    agent's conclusion say what the work on the file was about, which its own text rarely
-    does."""
+    (given in time order to note()): how often and when it was touched, its newest messages
+    and its last read or write (its last known state), and the words of the turns that touched
+    it: the prompt that started the turn and the agent's conclusion say what the work on the
+    file was about, which its own text rarely does."""
 
     def __init__(self):
-        # path -> {"n", "last", "op", "mids", "words": Counter, "size": their total, "with": Counter,
+        # path -> {"n", "last", "op", "mids", "state", "words": Counter, "size": their total, "with": Counter,
         # "stem": the words of its name, camelCase split}
         self.files = {}
         self.by_base = {}  # basename -> paths
@@ -6244,9 +6245,9 @@ class Memory(MemoryWriter):
     def context(self, prompt, budget=None, exclude=(), session=None):
         """The memory injected with a prompt, within `budget` characters (see render_context):
         the files in play, the state of the current work (the thread `session` worked on last,
-        else the hot thread), the latest messages about the first files, then what retrieval
-        finds. `exclude`: message or capture ids left out (a prompt journaled, maybe drained,
-        before it is answered)."""
+        else the hot thread), quotes of the messages that stand for most of the work on the
+        first files (_file_quotes), then what retrieval finds. `exclude`: message or capture
+        ids left out (a prompt journaled, maybe drained, before it is answered)."""
         budget = budget or self.cfg["inject_budget"]
         skip = {message_id(i) for i in exclude}
         hits, _ = self.retrieve(prompt, limit=40, exclude=skip)
