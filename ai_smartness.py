@@ -4582,6 +4582,8 @@ class FileTable:
                 self.by_base.setdefault(name, set()).add(path)
                 self._learn(path, terms(path.replace("/", " ")))
             st["mids"].append(msg["id"])
+            if op in ("read", "write"):
+                st["state"] = msg["id"]  # the file's content as last seen (its head: tool_capture)
             if op != "mention":
                 st["n"] += 1
                 st["last"], st["op"] = max(st["last"], ts), op
