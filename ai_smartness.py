@@ -39,8 +39,9 @@ Life of a prompt:
        (journal_prompt(): .ai/inbox/, fsynced), so neither a slow daemon nor the budget loses it.
     2. Daemon.cmd_hook() embeds it ahead of the memory lock (Daemon._embed_query(): that one
        vector serves its retrieval and its capture), then answers under the lock.
-    3. hook_inject(): Memory.context(): FileTable.rank() names the files in play, Memory.current_thread()
-       the work in progress, the first files' latest messages come first, then Memory.retrieve()
+    3. hook_inject(): Memory.context(): FileTable.rank() names the files in play,
+       Memory.current_thread() the work in progress, the first files' messages that stand for
+       most of their work come first (standing_quotes()), then Memory.retrieve()
        ranks messages (lexical and dense scores, thread signals); render_context() packs
        them, and the rules, into inject_budget chars.
     4. The hook prints it as additional context (context_output()); heartbeat.json notes the
@@ -370,8 +371,9 @@ FILE_OPS = {"Read": "read", "Write": "write", "Edit": "edit", "MultiEdit": "edit
             "Bash": "run"}
 # Files one capture records at most, and path characters kept for one.
 MAX_CAPTURE_FILES, FILE_PATH_CHARS = 12, 300
-# The files a thread lists (the most recently touched), and a message's newest files kept per file.
-THREAD_FILES, FILE_RECENT_MESSAGES = 20, 12
+# The files a thread lists (the most recently touched), and a file's newest messages kept (the
+# quotes about it are chosen among them: Memory.context).
+THREAD_FILES, FILE_RECENT_MESSAGES = 20, 24
 # Messages (the newest) replayed to build the file table after a load.
 FILE_TABLE_MESSAGES = 20000
 # Ranking of the files in play (FileTable.rank): weights of a name in the prompt (path or
@@ -388,6 +390,15 @@ FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
 FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 3
 # Characters of such a message shown: its start, verbatim (an edit, the head of a file).
 EVIDENCE_CHARS = 240
+# The messages quoted for the first files are those whose quotes stand for the most of their
+# messages (standing_quotes): a quote stands for a message when it repeats STAND_SHARE of the
+# message's word 5-grams, or STAND_GRAMS of them (a passage of about 25 words) for a long one:
+# the head of a file as read stands for every read of it. On replayed Claude Code sessions
+# this brings back more of the earlier work on those files than their newest messages
+# (bench/README.md).
+# STAND_TEXT_CHARS of a message are compared (its head: a bound on the work per prompt); the
+# word 5-grams of the STAND_CACHE messages compared last are kept (FileTable.head_grams).
+STAND_SHARE, STAND_GRAMS, STAND_TEXT_CHARS, STAND_CACHE = 0.5, 20, 1000, 300
 # An item whose line has this share of its word REPEAT_SHINGLE-grams in the lines injected
 # before it repeats them (the same file read again): it is skipped (pack_items).
 REPEAT_SHARE, REPEAT_SHINGLE = 0.9, 5
@@ -4490,6 +4501,32 @@ def shingles(text):
     return set(zip(*(low[j:] for j in range(REPEAT_SHINGLE))))
 
 
+def standing_quotes(quotes, grams, limit):
+    """Indices of at most `limit` of `quotes` (quotes[i] is cut from text i), chosen greedily to
+    stand for the most texts, given as their `grams` (quotes and texts as shingles;
+    STAND_SHARE / STAND_GRAMS); the first index on a tie. Quotes that stand for nothing new
+    are not chosen."""
+    where = {}  # a gram -> the quotes holding it
+    for i, quote in enumerate(quotes):
+        for gram in quote:
+            where.setdefault(gram, []).append(i)
+    covers = [set() for _ in quotes]
+    for j, text_grams in enumerate(grams):
+        need = min(STAND_GRAMS, -int(-STAND_SHARE * len(text_grams) // 1))  # a ceiling
+        shared = Counter(i for gram in text_grams if gram in where for i in where[gram])
+        for i, n in shared.items():
+            if n >= need:
+                covers[i].add(j)
+    chosen, covered = [], set()
+    for _ in range(limit):
+        best = max(range(len(quotes)), key=lambda i: (len(covers[i] - covered), -i), default=None)
+        if best is None or not covers[best] - covered:
+            break
+        chosen.append(best)
+        covered |= covers[best]
+    return chosen
+
+
 def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_cost=None, render=None, shown=None):
     """Greedy packing: best items first, each shortened to at most `max_item`. An item that
     does not fit whole is shortened to the space left only when most of it still fits, else
@@ -4535,19 +4572,20 @@ _CAMEL_RE = LazyRe(r"(?<=[a-z0-9])(?=[A-Z])")
 
 class FileTable:
     """What the memory knows of each project file, from the messages that touched or named it
-    (given in time order to note()): how often and when it was touched, its newest messages,
-    and the words of the turns that touched it: the prompt that started the turn and the
-    agent's conclusion say what the work on the file was about, which its own text rarely
-    does."""
+    (given in time order to note()): how often and when it was touched, its newest messages
+    and its last read or write (its last known state), and the words of the turns that touched
+    it: the prompt that started the turn and the agent's conclusion say what the work on the
+    file was about, which its own text rarely does."""
 
     def __init__(self):
-        # path -> {"n", "last", "op", "mids", "words": Counter, "size": their total, "with": Counter,
+        # path -> {"n", "last", "op", "mids", "state", "words": Counter, "size": their total, "with": Counter,
         # "stem": the words of its name, camelCase split}
         self.files = {}
         self.by_base = {}  # basename -> paths
         self.postings = {}  # word -> the files whose words hold it: a prompt is scored against those only
         self._turns = {}  # session -> (the terms of its latest prompt, the files touched since)
         self.failures = {}  # (session, command) -> the message of its latest failure, until it passes
+        self._heads = {}  # message id -> the shingles of its quote and head, for the STAND_CACHE last asked
 
     def note(self, msg, ts):
         """Learn from one message (of time `ts`), given in time order."""
@@ -4571,6 +4609,8 @@ class FileTable:
                 self.by_base.setdefault(name, set()).add(path)
                 self._learn(path, terms(path.replace("/", " ")))
             st["mids"].append(msg["id"])
+            if op in ("read", "write"):
+                st["state"] = msg["id"]  # the file's content as last seen (its head: tool_capture)
             if op != "mention":
                 st["n"] += 1
                 st["last"], st["op"] = max(st["last"], ts), op
@@ -4597,6 +4637,18 @@ class FileTable:
             st["size"] = sum(st["words"].values())
             for word in set(bag).difference(st["words"]):
                 self.postings[word].discard(path)
+
+    def head_grams(self, mid, text):
+        """The shingles of a message's quote (EVIDENCE_CHARS of its `text`) and of its head
+        (STAND_TEXT_CHARS): the next prompts quote about the same files, and a warm memory
+        does not compute them again."""
+        grams = self._heads.pop(mid, None)
+        if grams is None:
+            grams = shingles(text[:EVIDENCE_CHARS]), shingles(text[:STAND_TEXT_CHARS])
+        self._heads[mid] = grams
+        if len(self._heads) > STAND_CACHE:
+            del self._heads[next(iter(self._heads))]
+        return grams
 
     def mentioned(self, text):
         """The known files a text names, by path or by a basename no other known file has."""
@@ -6236,18 +6288,16 @@ class Memory(MemoryWriter):
     def context(self, prompt, budget=None, exclude=(), session=None):
         """The memory injected with a prompt, within `budget` characters (see render_context):
         the files in play, the state of the current work (the thread `session` worked on last,
-        else the hot thread), the latest messages about the first files, then what retrieval
-        finds. `exclude`: message or capture ids left out (a prompt journaled, maybe drained,
-        before it is answered)."""
+        else the hot thread), quotes of the messages that stand for most of the work on the
+        first files (_file_quotes), then what retrieval finds. `exclude`: message or capture
+        ids left out (a prompt journaled, maybe drained, before it is answered)."""
         budget = budget or self.cfg["inject_budget"]
         skip = {message_id(i) for i in exclude}
         hits, _ = self.retrieve(prompt, limit=40, exclude=skip)
         hits = [h for h in hits if not self.msgs[h["message_id"]].get("dropped")]  # by the LLM: LLMWork
         now = self.clock()
         files = self.file_table().rank(prompt, FILES_SHOWN)
-        # The first file's newest messages first: it is the one most often in play.
-        evidence = [self._file_hit(m) for _, st in files[:EVIDENCE_FILES]
-                    for m in [m for m in reversed(st["mids"]) if m in self.msgs and m not in skip][:EVIDENCE_PER_FILE]]
+        evidence = self._file_quotes(files[:EVIDENCE_FILES], skip)
         shown = {h["message_id"] for h in evidence}
         hits = [h for h in hits if h["message_id"] not in shown]
         current = self.current_thread(session, skip)
@@ -6259,6 +6309,21 @@ class Memory(MemoryWriter):
                 "thread_ids": list(dict.fromkeys(i["thread_id"] for i in items)),
                 "items": [{"message_id": i["message_id"], "text": i["line"],
                            "full_len": len(item_line(self.msgs[i["message_id"]], self.lang))} for i in items]}
+
+    def _file_quotes(self, files, skip):
+        """The messages quoted for the first `files`: among each file's last read or write (its
+        last known state) and its recent messages, those standing for the most of them
+        (standing_quotes: one read of a file's head stands for all its reads), then the newest,
+        the first file's first; EVIDENCE_PER_FILE per file on average."""
+        mids = list(dict.fromkeys(m for _, st in files for m in (st.get("state"), *reversed(st["mids"]))
+                                  if m in self.msgs and m not in skip))
+        texts = [self.msgs[m]["text"] for m in mids]
+        limit = EVIDENCE_PER_FILE * len(files)
+        # Chosen on the stored text, redacted at capture: only the quotes shown are cut again.
+        heads = [self.file_table().head_grams(m, t) for m, t in zip(mids, texts)]
+        chosen = standing_quotes([q for q, _ in heads], [g for _, g in heads], limit)
+        chosen += [i for i in range(len(mids)) if i not in chosen]
+        return [self._file_hit(mids[i]) for i in chosen[:limit]]
 
     def _file_hit(self, mid):
         """A message about a file in play as retrieve() returns a hit, its start verbatim."""

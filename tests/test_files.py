@@ -140,13 +140,54 @@ def test_a_files_latest_messages_come_under_the_files_and_a_repeated_read_is_quo
     mem.flush()
     text = mem.context("the team's player list is empty", session="s2")["text"]
     lines = text.splitlines()
-    edit = lines.index("  - [" + text.split("  - [", 1)[1].split("\n", 1)[0])
-    # Under the files and the current work, before any thread's header: the newest first.
-    assert lines[edit].endswith("Edited src/PlayerList.tsx: - a + b")
-    assert edit < next(k for k, line in enumerate(lines) if line.startswith("# "))
+    first = lines.index("  - [" + text.split("  - [", 1)[1].split("\n", 1)[0])
+    # Under the files and the current work, before any thread's header: the newest read stands
+    # for the four reads of the same head, then the edit, which only it stands for.
+    assert "// read 3" in lines[first] and lines[first + 1].endswith("Edited src/PlayerList.tsx: - a + b")
+    assert first + 1 < next(k for k, line in enumerate(lines) if line.startswith("# "))
     files_part = "\n".join(lines[:next(k for k, line in enumerate(lines) if line.startswith("# "))])
     assert files_part.count("import { useState }") == 1  # three reads of the same head: one is enough
     assert text.count("import { useState }") == 1 and "// read 3" in text  # nor retrieval's fourth
+
+def test_the_quotes_chosen_stand_for_the_most_messages_then_the_newest():
+    head = HEAD.split(";")
+    texts = ["Read a.tsx:\n" + HEAD + " // first", "Edited a.tsx:\n- x\n+ y", "Read a.tsx:\n" + HEAD + " // second",
+             "Read a.tsx:\n" + HEAD + " // third", "the player list filter ignores the team"]
+    quotes = [ais.shingles(ais.shorten(t, 120)) for t in texts]
+    grams = [ais.shingles(t) for t in texts]
+    # The head stands for the three reads; a quote of nothing else stands for something new.
+    assert ais.standing_quotes(quotes, grams, 5) == [0, 1, 4]
+    assert ais.standing_quotes(quotes, grams, 1) == [0]
+    assert ais.standing_quotes([ais.shingles(head[0])], grams[:1], 1) == []  # too short to stand for a long read
+
+
+def test_a_files_head_as_read_is_quoted_though_newer_edits_came_after_it(project):
+    mem = ais.open_memory(str(project))
+    for k in range(3):
+        mem.store.inbox_append(ais.prepare_capture(f"Read src/PlayerList.tsx:\n{HEAD} // read {k}", "tool:Read",
+                                                   session_id="s1", files=["src/PlayerList.tsx"], op="read"))
+    for k in range(3):
+        mem.store.inbox_append(ais.prepare_capture(f"Edited src/PlayerList.tsx:\n- step {k}\n+ stage {k}", "tool:Edit",
+                                                   session_id="s1", files=["src/PlayerList.tsx"], op="edit"))
+    mem.flush()
+    lines = mem.context("the team's player list is empty", session="s2")["text"].splitlines()
+    quotes = lines[lines.index(next(x for x in lines if x.startswith("  - ["))):][:3]
+    # The newest three are edits; the head of the file stands for its three reads.
+    assert "import { useState }" in quotes[0] and quotes[1].endswith("- step 2 + stage 2"), quotes
+    assert quotes[2].endswith("- step 1 + stage 1"), quotes
+
+
+def test_a_files_last_read_is_a_quote_though_newer_messages_pushed_it_out_of_its_recent_ones(project):
+    mem = ais.open_memory(str(project))
+    mem.store.inbox_append(ais.prepare_capture(f"Read src/PlayerList.tsx:\n{HEAD}", "tool:Read", session_id="s1",
+                                               files=["src/PlayerList.tsx"], op="read"))
+    for k in range(ais.FILE_RECENT_MESSAGES):
+        mem.store.inbox_append(ais.prepare_capture(f"$ npm test -- src/PlayerList.tsx (run {k})", "tool:Bash",
+                                                   session_id="s1", files=["src/PlayerList.tsx"], op="run"))
+    mem.flush()
+    text = mem.context("the team's player list is empty", session="s2")["text"]
+    assert "import { useState }" in text.split("\n# ", 1)[0]  # its last known state, under the files
+
 
 def test_the_current_work_is_the_sessions_latest_thread_when_it_touched_files(project):
     mem = work(project)
