@@ -1516,10 +1516,14 @@ class Store:
         write_json_atomic(path, doc)
         return path
 
+    def synthesis_files(self):  # newest first
+        return sorted((os.path.join(self.synthesis_dir, n) for n in self._listdir(self.synthesis_dir)
+                       if n.endswith(".json")), reverse=True)
+
     def latest_synthesis(self):
-        for name in sorted((n for n in self._listdir(self.synthesis_dir) if n.endswith(".json")), reverse=True):
+        for path in self.synthesis_files():
             try:
-                doc = read_json(os.path.join(self.synthesis_dir, name))
+                doc = read_json(path)
                 if isinstance(doc, dict):
                     return doc
             except (OSError, CorruptRecord):
@@ -7271,24 +7275,34 @@ def scrubbed(value):
 
 def scrub_store(store):
     """Once per set of secret patterns (an upgrade brings new ones), redact again what an
-    older version stored: threads, bridges, rules, the heartbeat. Renderers can then cut
-    stored text without redacting it on every answer. Returns the records rewritten."""
+    older version stored: threads, bridges, syntheses, captures still journaled, rules, the
+    heartbeat. Renderers can then cut stored text without redacting it on every answer.
+    Returns the records rewritten."""
     mark = redaction_mark()
     if store.heartbeat().get("redaction") == mark:
         return 0
-    with store.lock():
+    with store.lock():  # a drain removes journal entries under it: none is rewritten after
         threads = [new for old in store.iter_threads() if (new := scrubbed(old)) is not old]
         bridges = [new for old in store.iter_bridges() if (new := scrubbed(old)) is not old]
         if threads or bridges:
             store.save_records(threads, bridges)
             store.bump([r["id"] for r in threads + bridges], hot=store.state().get("hot_thread"))
+        files = [(p, store.inbox_read(p)) for p in store.inbox_pending()]
+        for path in store.synthesis_files():
+            try:
+                files.append((path, read_json(path)))
+            except (OSError, CorruptRecord):
+                continue  # unreadable: latest_synthesis skips it too
+        rewritten = [(p, new) for p, old in files if old is not None and (new := scrubbed(old)) is not old]
+        for path, doc in rewritten:
+            write_json_atomic(path, doc)
     def scrub_rules(rules):
         rules[:] = scrubbed(rules)
     store.update_rules(scrub_rules)
     hb = store.heartbeat()
     # update_heartbeat redacts what it writes.
     store.update_heartbeat(redaction=mark, **{k: v for k, v in hb.items() if isinstance(v, str) and redact(v) != v})
-    count = len(threads) + len(bridges)
+    count = len(threads) + len(bridges) + len(rewritten)
     store.log.info("stored text redacted again for new secret patterns", records=count)
     return count
 

@@ -267,13 +267,16 @@ def test_an_upgrade_redacts_again_what_an_older_version_stored(project):
     mem.capture("Deploy notes for the billing service: the staging rollout is done.")
     store = mem.store
     everything = "\n".join(text for _, text, _ in CORPUS)
-    # What the older version left: the corpus in a message, a title, a rule and the heartbeat.
+    # What the older version left: the corpus in a message, a title, a rule, the heartbeat, a
+    # synthesis and a capture still journaled.
     rec = next(store.iter_threads())
     rec["title"] += " " + CORPUS[0][1]
     rec["messages"][0]["text"] += "\n" + everything
     store.save_thread(rec)
     store.save_rules([{"text": f"Never log {CORPUS[1][1]}", "created_at": ai.iso(time.time())}])
     ai.write_json_atomic(store.heartbeat_file, {"last_task": everything})
+    store.write_synthesis({"text": everything, "schema": 1}, time.time())
+    store.inbox_append(dict(ai.prepare_capture("The deploy settings are in the vault.", "prompt"), text=everything))
     assert len(data_dir_leaks(store.dir)) > len(CORPUS) / 2
     try:
         assert cli("daemon", "start", project=project, env={"AI_SMARTNESS_EMBEDDER": "hash"}).returncode == 0
@@ -281,7 +284,7 @@ def test_an_upgrade_redacts_again_what_an_older_version_stored(project):
     finally:
         stop_daemons(project)
     assert data_dir_leaks(store.dir) == {}
-    assert "Deploy notes for the billing service" in json.dumps(next(store.iter_threads()))
+    assert "Deploy notes for the billing service" in json.dumps(list(store.iter_threads()))
     assert ai.scrub_store(store) == 0  # once per set of patterns
 
 
