@@ -37,6 +37,10 @@ ORDINARY = [
     "registry_key = cls.REGISTRY_KEY_DEBUG\nkey = element.namespaceURI, element.localName\n_SIGNATURE = 0x08074b50",
     "items.sort(key=pytree.Base.get_lineno)\nERRORTOKEN = token.ERRORTOKEN\nauth = base64.b64encode(raw)",
     'authorization = self.headers.get("authorization")\nauthorization = authorization.split()',
+    # Prose near a secret's name: a duration, a date, a path, an identifier, a commit.
+    "the session token expires in 3600 seconds; password changed on 2025-01-01T10:00:00Z",
+    "the token file is /home/bob/.config/abc123def456/token.json and the key is user_id_2024_03_15_index_v2",
+    "the key fix is in commit 36e3962 (git show 36e3962a5f0c4d1b2e3f4a5b6c7d8e9f0a1b2c3d)",
 ]
 
 
