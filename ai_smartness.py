@@ -495,6 +495,9 @@ NATIVE_AGENT = "claude"
 # Characters of a recall answer read back to become an agent's denial reason (the recall
 # itself is shorter: an inject-sized text plus its thread headers).
 RECALL_REASON_CHARS = 16000
+# A generated recall answer is read by the tool call it was made for, within moments; older
+# ones are removed when the next one is written.
+RECALL_KEEP_SECONDS = 600
 # Shell words of a command searched for a `.ai/recall/<query>` path (a recall is `cat PATH`).
 RECALL_COMMAND_WORDS = 16
 
@@ -7284,7 +7287,7 @@ def scrubbed(value):
 def scrub_store(store):
     """Once per set of secret patterns (an upgrade brings new ones), redact again what an
     older version stored: threads, bridges, syntheses, captures still journaled, rules, the
-    heartbeat. Renderers can then cut stored text without redacting it on every answer.
+    heartbeat; generated recall answers are removed. Renderers can then cut stored text without redacting it on every answer.
     Returns the records rewritten."""
     mark = redaction_mark()
     if store.heartbeat().get("redaction") == mark:
@@ -7304,6 +7307,7 @@ def scrub_store(store):
         rewritten = [(p, new) for p, old in files if old is not None and (new := scrubbed(old)) is not old]
         for path, doc in rewritten:
             write_json_atomic(path, doc)
+    clear_recalls(store)
     def scrub_rules(rules):
         rules[:] = scrubbed(rules)
     store.update_rules(scrub_rules)
@@ -7970,7 +7974,27 @@ def own_file(payload, data_dir):
 
 
 def recall_file(store, query, text):
+    """Write a recall answer, after removing those older than RECALL_KEEP_SECONDS: each only has
+    to last until the Read that follows it, and recalled text must not stay behind for good."""
+    clear_recalls(store, RECALL_KEEP_SECONDS)
     return store.write_recall(query, text)
+
+
+def clear_recalls(store, older_than=None):
+    """Remove the generated recall answers (older than `older_than` seconds, else all: a thread
+    forgotten or a store redacted again must leave no copy in them). Returns how many went."""
+    limit = None if older_than is None else time.time() - older_than
+    gone = 0
+    for name in Store._listdir(store.recall_dir):
+        path = os.path.join(store.recall_dir, name)
+        try:
+            if limit is not None and os.lstat(path).st_mtime >= limit:
+                continue
+        except OSError:
+            continue
+        Store._unlink(path)
+        gone += 1
+    return gone
 
 
 def context_output(event, text):
@@ -9724,6 +9748,7 @@ def do_forget(cli, args):
         thread = cli.mem().forget(args.id)
     except NotFound:
         raise NotFound(tr("not_found", cli.lang, what=args.id)) from None
+    clear_recalls(cli.mem().store)
     cli.daemon("stats")  # a running daemon reloads on its next request; this just nudges it
     return emit(args, {"forgotten": args.id}, tr("forgotten", cli.lang, title=thread["title"]))
 

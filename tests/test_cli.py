@@ -85,7 +85,11 @@ def test_rules_add_list_remove(project):
 
 def test_forget_and_exit_codes(filled):
     tid = cli_json("threads", project=filled)[0]["id"]
+    title = cli_json("thread", tid, project=filled)["title"]
+    store = ai.Store(ai.data_dir_of(str(filled)))
+    store.write_recall(tid, f"recalled: {title}")  # what Read(".ai/recall/<id>") left
     assert cli("forget", tid, project=filled).returncode == 0
+    assert ai.Store._listdir(store.recall_dir) == []  # no copy of the forgotten thread stays
     assert cli("thread", tid, project=filled).returncode == 3
     assert cli("forget", tid, project=filled).returncode == 3
     assert cli("nonsense", project=filled).returncode == 2

@@ -196,6 +196,18 @@ def test_only_this_projects_recall_folder_is_served(tmp_path):
     assert q(recall(".ai/recall/" + "x" * ai.MAX_RECALL_PATH, proj), proj) is None
 
 
+def test_a_recall_answer_is_kept_only_until_it_has_been_read(store):
+    """A generated answer serves the Read it was made for: older ones go when the next is written
+    (no pile of recalled text, no copy of memory left behind)."""
+    old = store.write_recall("parser", "old answer")
+    recent = store.write_recall("lexer", "recent answer")
+    past = time.time() - ai.RECALL_KEEP_SECONDS - 5
+    os.utime(old, (past, past))
+    new = ai.recall_file(store, "tokens", "new answer")
+    assert sorted(os.listdir(store.recall_dir)) == sorted(os.path.basename(p) for p in (recent, new))
+    assert ai.clear_recalls(store) == 2 and os.listdir(store.recall_dir) == []
+
+
 def test_a_long_recall_path_is_refused_at_once(project):
     proj = str(project)
     hostile = recall("/.ai/recall/x" * 20000 + "\nZ", proj)

@@ -281,6 +281,7 @@ def test_an_upgrade_redacts_again_what_an_older_version_stored(project):
     ai.write_json_atomic(store.heartbeat_file, {"last_task": everything})
     store.write_synthesis({"text": everything, "schema": 1}, time.time())
     store.inbox_append(dict(ai.prepare_capture("The deploy settings are in the vault.", "prompt"), text=everything))
+    store.write_recall("deploy", everything)  # a recall answer generated before the upgrade
     assert len(data_dir_leaks(store.dir)) > len(CORPUS) / 2
     try:
         assert cli("daemon", "start", project=project, env={"AI_SMARTNESS_EMBEDDER": "hash"}).returncode == 0
