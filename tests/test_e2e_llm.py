@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,10 @@ def box(tmp_path, monkeypatch):
     if not claude:
         unavailable("real Claude Code CLI not found: set AI_SMARTNESS_CLAUDE_BIN (tests/run.sh does)")
     monkeypatch.setenv("PATH", os.path.dirname(claude) + os.pathsep + os.environ.get("PATH", ""))
+    # The ledger's days are UTC days: a test counting today's calls must not straddle midnight.
+    left = 86400 - time.time() % 86400
+    if left < 300:
+        time.sleep(left + 1)
     sandbox = Sandbox(tmp_path, claude)
     try:
         done = sandbox.install("--llm", "claude-cli")
