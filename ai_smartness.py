@@ -1785,11 +1785,12 @@ _SECRET_PATTERNS = [
     # A secret named in prose ("your token `9f86…`", "the API key is …", "mon jeton : …"): a few
     # words may stand between the name and the value, so the value must look generated beyond
     # doubt (20+ characters, 3+ digits, not a path, a call, a dotted or snake_case name, a date).
-    (rf"(?i)((?<![^\W\d_])(?:api[ _-]?key|access[ _-]?key|private[ _-]?key|secret|token|key|credentials?|password"
-     rf"|passphrase|passwd|mot de passe|contraseña|jeton|clé|clave|secreto)(?![\w-])(?:[ \t]+[^\W\d_](?:[^\W\d_]|['’]){{0,12}}(?!\w)){{0,4}}"
-     rf"[ \t]*[:=]?[ \t]*[`\"'(\[]?)(?-i:{_NOT_CODE}(?!\d{{4}}-\d\d-\d\d|[a-z]+(?:_[a-z0-9]+){{2,}}(?![\w+/=.-]))(?=(?:[A-Za-z_+/=.-]{{0,200}}?\d){{3}})"
-     rf"(?=[0-9_+/=.-]{{0,200}}?[A-Za-z])[A-Za-z0-9_+/=.-]{{20,}})", "named_secret",
-     ("token", "key", "secret", "credential", "pass", "contrase", "jeton", "clé", "clave")),
+    (rf"(?i)(?=[aspktcjm])((?<![^\W\d_])(?:a(?:pi[ _-]?key|ccess[ _-]?key)|p(?:rivate[ _-]?key"
+     rf"|ass(?:word|phrase|wd))|secreto?|token|key|c(?:redentials?|ontraseña|lé|lave)|mot de passe|jeton)"
+     rf"(?![\w-])(?:[ \t]+[^\W\d_](?:[^\W\d_]|['’]){{0,12}}(?!\w)){{0,4}}[ \t]*[:=]?[ \t]*[`\"'(\[]?)"
+     rf"(?-i:(?=[A-Za-z0-9_+/=.-]{{20}}){_NOT_CODE}(?!\d{{4}}-\d\d-\d\d|[a-z]+(?:_[a-z0-9]+){{2,}}(?![\w+/=.-]))"
+     rf"(?=(?:[A-Za-z_+/=.-]{{0,200}}?\d){{3}})(?=[0-9_+/=.-]{{0,200}}?[A-Za-z])[A-Za-z0-9_+/=.-]{{20,}})",
+     "named_secret", ("token", "key", "secret", "credential", "pass", "contrase", "jeton", "clé", "clave")),
 ]
 _SECRET_RES = [(LazyRe(p, re.S), kind, frozenset(words)) for p, kind, words in _SECRET_PATTERNS]
 _TRIGGER_WORDS = frozenset(w for *_, ws in _SECRET_PATTERNS for w in ws)
