@@ -390,6 +390,9 @@ FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
 FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 3
 # Characters of such a message shown: its start, verbatim (an edit, the head of a file).
 EVIDENCE_CHARS = 240
+# The reminders (`guardcode`) come with a session's first prompt and then every this many
+# prompts (hook_inject): the same line with every prompt takes room from the work.
+REMINDERS_EVERY = 10
 # The messages quoted for the first files are those whose quotes stand for the most of their
 # messages (standing_quotes): a quote stands for a message when it repeats STAND_SHARE of the
 # message's word 5-grams, or STAND_GRAMS of them (a passage of about 25 words) for a long one:
@@ -744,8 +747,8 @@ def format_date(ts, lang="en"):
     return tr("date", lang, d=t.tm_mday, month=month, y=t.tm_year)
 
 
-def human_age(seconds, lang="en"):
-    """'3 days', '2 h 15 min', '5 min' in the configured language."""
+def human_age(seconds, lang="en", coarse=False):
+    """'3 days', '2 h 15 min' ('2 h' when `coarse`), '5 min' in the configured language."""
     seconds = max(0, int(seconds))
     if seconds < 90:
         return tr("age_now", lang)
@@ -754,7 +757,7 @@ def human_age(seconds, lang="en"):
         return tr("age_min", lang, n=minutes)
     hours, minutes = divmod(minutes, 60)
     if hours < 48:
-        return tr("age_h_min", lang, h=hours, m=minutes) if minutes else tr("age_h", lang, h=hours)
+        return tr("age_h_min", lang, h=hours, m=minutes) if minutes and not coarse else tr("age_h", lang, h=hours)
     days = hours // 24
     if days < 60:
         return tr("age_days", lang, n=days)
@@ -4547,8 +4550,8 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
     """Greedy packing: best items first, each shortened to at most `max_item`. An item that
     does not fit whole is shortened to the space left only when most of it still fits, else
     skipped for a smaller one. The first item of a group also pays `group_cost(group)`.
-    `render(item)` gives an item's line when it has none yet, and is called only for items
-    that may fit (`min_len`, a lower bound of the line's length, rules the others out), so a
+    `render(item, previous)` gives an item's line when it has none yet (`previous`: the item
+    packed last, or None), and is called only for items that may fit (`min_len`, a lower bound of the line's length, rules the others out), so a
     costly rendering is not paid for every candidate. An item whose line has REPEAT_SHARE of
     its word 5-grams in the lines packed before (and in `shown`, which it extends) repeats
     them: the tenth read of a file is skipped."""
@@ -4562,7 +4565,7 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
         room = budget - used - extra
         if room < min_item and item.get("min_len", 0) > room:
             continue
-        full = item["line"] if "line" in item else render(item)
+        full = item["line"] if "line" in item else render(item, out[-1] if out else None)
         line = cut_text(full, max_item)  # stored text: redacted when captured
         if len(line) > room:
             if room < max(min_item, len(full) // 2):
@@ -6301,11 +6304,12 @@ class Memory(MemoryWriter):
     def search(self, query, limit=10):
         return self.retrieve(query, limit)[0]
 
-    def context(self, prompt, budget=None, exclude=(), session=None):
+    def context(self, prompt, budget=None, exclude=(), session=None, reminders=True):
         """The memory injected with a prompt, within `budget` characters (see render_context):
         the files in play, the state of the current work (the thread `session` worked on last,
         else the hot thread), quotes of the messages that stand for most of the work on the
-        first files (_file_quotes), then what retrieval finds. `exclude`: message or capture
+        first files (_file_quotes), then what retrieval finds, and the reminders (`guardcode`)
+        when `reminders` (hook_inject: not with every prompt). `exclude`: message or capture
         ids left out (a prompt journaled, maybe drained, before it is answered)."""
         budget = budget or self.cfg["inject_budget"]
         skip = {message_id(i) for i in exclude}
@@ -6319,7 +6323,7 @@ class Memory(MemoryWriter):
         current = self.current_thread(session, skip)
         text, items = render_context(
             evidence + hits, self.threads, self.msgs, lambda tids, skip: self.related_threads(tids, skip, now),
-            self.store.rules(), budget, terms(prompt), now, self.lang, self.cfg.get("guardcode"),
+            self.store.rules(), budget, terms(prompt), now, self.lang, self.cfg.get("guardcode") and reminders,
             files=files, current=current)
         return {"text": text, "message_ids": [i["message_id"] for i in items],
                 "thread_ids": list(dict.fromkeys(i["thread_id"] for i in items)),
@@ -6446,12 +6450,13 @@ class Memory(MemoryWriter):
                 "inbox_pending": len(self.store.inbox_pending())}
 
 
-def item_line(msg, lang, text=None, when=False):
+def item_line(msg, lang, text=None, when=False, dated=True):
     """One recalled message: its date (and with `when`, its day of the week and part of the
-    day), who said it when it was the agent, the text (or `text`), and for a command that
-    failed, when it was fixed. How long ago it was sits on its thread's header line."""
+    day; none unless `dated`), who said it when it was the agent, the text (or `text`), and for
+    a command that failed, when it was fixed. How long ago it was sits on its thread's header
+    line."""
     date = format_date(ts_of(msg, "ts"), lang) + (", " + when_label(markers_of(msg), lang) if when else "")
-    line = f"[{date}] {source_label(msg.get('source'))}{msg['text'] if text is None else text}"
+    line = f"[{date}] " * dated + f"{source_label(msg.get('source'))}{msg['text'] if text is None else text}"
     if msg.get("fixed_at"):
         line = line.replace(" [failed]", " [" + tr("outcome_fixed", lang, date=format_date(ts_of(msg, "fixed_at"), lang)) + "]", 1)
     return line
@@ -6469,7 +6474,7 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     head = tr("ctx_header", lang)
     if files:
         head += "\n" + cut_text(tr("ctx_files", lang, files=", ".join(
-            f"{path} ({st['op']} {human_age(now - st['last'], lang)})" for path, st in files)), budget // 5)
+            f"{path} ({st['op']} {human_age(now - st['last'], lang, coarse=True)})" for path, st in files)), budget // 5)
     if current:
         thread, last = current
         line = tr("ctx_current", lang, title=cut_text(thread["title"], 80), age=age_ago(now - ts_of(thread, "last_active"), lang))
@@ -6500,12 +6505,18 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
         text = mark_replaced(h["text"], stale, lang, ts_of(h, "timestamp"))
         return text if h.get("verbatim") else focus(text, qterms)
 
-    def line_of(h):
+    def line_of(h, previous=None):
         return item_line(msgs[h["message_id"]], lang, text_of(h))
+
+    def excerpt_of(h, previous):
+        # A quote of the same day as the one above it shares its date.
+        day = format_date(ts_of(msgs[h["message_id"]], "ts"), lang)
+        dated = previous is None or format_date(ts_of(msgs[previous["message_id"]], "ts"), lang) != day
+        return item_line(msgs[h["message_id"]], lang, text_of(h), dated=dated)
     # The files' messages under the files; each other item under its thread's header, which
     # costs space once.
     shown = set()
-    excerpts = pack_items([h for h in hits if h.get("excerpt")], max(0, budget - fixed), indent=4, render=line_of,
+    excerpts = pack_items([h for h in hits if h.get("excerpt")], max(0, budget - fixed), indent=4, render=excerpt_of,
                           shown=shown)
     fixed += sum(len(i["line"]) + 5 for i in excerpts)
     items = pack_items(candidates, max(0, budget - fixed), indent=4, group_cost=lambda g: len(header(g)) + 1,
@@ -8296,8 +8307,13 @@ def hook_inject(store, payload, mem):
     session = payload.get("session_id")
     hb = store.heartbeat()
     source = mem or lexical_memory(store, prompt, [hb.get("last_thread")])
+    # The reminders come with a session's first prompt and every REMINDERS_EVERY prompts after
+    # it (a compacted context loses them): the room of the others goes to the work.
+    since = hb.get("reminders_since")
+    remind = hb.get("prompt_session") != session or type(since) is not int or since + 1 >= REMINDERS_EVERY
     # The prompt just journaled is not its own context, should a drain have stored it already.
-    ctx = source.context(prompt, cfg["inject_budget"], exclude=("m" + cid[1:],) if cid else (), session=session)
+    ctx = source.context(prompt, cfg["inject_budget"], exclude=("m" + cid[1:],) if cid else (), session=session,
+                         reminders=remind)
     text = ctx["text"]
     if hb.get("prompt_session") != session:
         hint = proactive_suggestion(mem.threads if mem else store.read_digest(), prompt, lang)
@@ -8305,7 +8321,7 @@ def hook_inject(store, payload, mem):
             text += "\n" + hint
     task = {"last_task": cut_redacted(" ".join(strip_markup(prompt).split()), FIELD_CHARS)} \
         if not is_noise(prompt, min_chars=TASK_MIN_CHARS) else {}
-    store.update_heartbeat(last_interaction=iso(now), prompt_session=session,
+    store.update_heartbeat(last_interaction=iso(now), prompt_session=session, reminders_since=0 if remind else since + 1,
                            last_served_inject="daemon" if mem else "in-process", **task)
     return context_output("UserPromptSubmit", text)
 

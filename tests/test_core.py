@@ -202,7 +202,7 @@ def test_packing_renders_lazily_and_packs_the_same_as_eager_lines():
     texts = ["g" * 120, "h " * 300, "i" * 90, "j " * 400, "k" * 60, "l" * 200]
     rendered = []
 
-    def render(item):
+    def render(item, previous):
         rendered.append(item["text"][0])
         return "> " + item["text"]
     eager = ais.pack_items([{"text": t, "line": "> " + t} for t in texts], 500, max_item=360)

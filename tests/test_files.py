@@ -189,6 +189,33 @@ def test_a_files_last_read_is_a_quote_though_newer_messages_pushed_it_out_of_its
     assert "import { useState }" in text.split("\n# ", 1)[0]  # its last known state, under the files
 
 
+def test_the_quotes_of_one_day_share_its_date(project):
+    mem = ais.open_memory(str(project))
+    day = 86400
+    start = (time.time() // day - 3) * day + 3600  # an hour into a day three days ago
+    for k, (path, at) in enumerate((("src/a.ts", start), ("src/b.ts", start + 60), ("src/c.ts", start + day))):
+        mem.store.inbox_append(ais.prepare_capture(f"Edited {path}:\n- old {k}\n+ new {k}", "tool:Edit", at=ais.iso(at),
+                                                   session_id="s1", files=[path], op="edit"))
+    mem.flush()
+    lines = mem.context("the edits of a, b and c", session="s2")["text"].splitlines()
+    quotes = [x for x in lines if x.startswith("  - ") and "Edited src/" in x]
+    dates = [ais.format_date(start + day), ais.format_date(start), None]
+    # Newest first: the second day's edit, then the first day's two under one date.
+    assert [x.split("] ", 1)[0][5:] if x.startswith("  - [") else None for x in quotes] == dates, quotes
+    assert quotes[2].endswith("Edited src/a.ts: - old 0 + new 0"), quotes
+
+
+def test_the_reminders_come_with_a_sessions_first_prompt_then_every_few_prompts(project):
+    store = ais.Store(ais.data_dir_of(str(project))).ensure()
+
+    def reminded(session, k):
+        out = ais.hook_inject(store, {"session_id": session, "prompt": f"step {k} of the invoice parser rewrite"}, None)
+        return "Reminders:" in out
+    every = ais.REMINDERS_EVERY
+    assert [reminded("s1", k) for k in range(every + 1)] == [True] + [False] * (every - 1) + [True]
+    assert reminded("s2", 0) and not reminded("s2", 1)  # a new session: its first prompt has them
+
+
 def test_the_current_work_is_the_sessions_latest_thread_when_it_touched_files(project):
     mem = work(project)
     mem.capture("an unrelated note about the team offsite in march", session_id="s9")
