@@ -229,6 +229,9 @@ MERGE_LINKS = 20
 # on the 17 labelled note streams (tests/streams_data.py): the one point of the grid (weight
 # 0.3-0.45, neutral 0.4-0.5) where no stream's purity falls with either embedder.
 CONCEPT_WEIGHT, CONCEPT_NEUTRAL = 0.45, 0.5
+# Weight of a concept feature in the stdlib embedder's vectors (a word counts 1): 0.3 lowers its
+# thread counts with no stream's purity falling; from 0.5, two tasks of one domain share threads.
+HASH_CONCEPT_WEIGHT = 0.3
 # Concepts kept in each "top" entry of a decision record.
 CONCEPTS_SHOWN = 3
 # -- thread decisions in a language the embedder was not made for --
@@ -2511,9 +2514,11 @@ def dot(a, b):
 
 class HashEmbedder:
     """Deterministic stdlib fallback: signed feature hashing (crc32, never the salted hash())
-    of stemmed words, word pairs and character trigrams. Lexical, but stable across runs."""
+    of stemmed words, word pairs, character trigrams and the concepts the words name (CONCEPTS:
+    two notes of one task that share no word still share a domain). Lexical, but stable across
+    runs."""
 
-    id = "hash-v1"
+    id = "hash-v2"  # v1 had no concept features
     dim = 256
 
     def features(self, text):
@@ -2523,6 +2528,7 @@ class HashEmbedder:
         for tok in toks:
             padded = f"#{tok}#"
             feats += [(padded[i:i + 3], 0.2) for i in range(len(padded) - 2)]
+        feats += [("concept:" + name, HASH_CONCEPT_WEIGHT * w) for name, w in concepts_of(toks).items()]
         return feats
 
     def embed(self, texts):
