@@ -223,11 +223,14 @@ MERGE_FLOOR, MERGE_LEAD, MERGE_FILE_WEIGHT, MERGE_NEIGHBOURS = 0.30, 0.10, 0.3, 
 MERGE_LINKS = 20
 # -- concepts in thread decisions --
 # Notes of one task often share no word ("disable the submit button", "remember-me checkbox")
-# but share a domain of the work (CONCEPTS, section 4). A capture's score for a thread gains
-# CONCEPT_WEIGHT times how far the cosine of their concepts is above CONCEPT_NEUTRAL (and loses
-# it below: a thread of another domain is evidence against), when both name a concept. Chosen
-# on the 17 labelled note streams (tests/streams_data.py): the one point of the grid (weight
-# 0.3-0.45, neutral 0.4-0.5) where no stream's purity falls with either embedder.
+# but share a domain of the work (CONCEPTS, section 4). A note's (a capture without a session)
+# score for a thread gains CONCEPT_WEIGHT times how far the cosine of their concepts is above
+# CONCEPT_NEUTRAL (and loses it below: a thread of another domain is evidence against), when
+# both name a concept. Chosen on the 17 labelled note streams (tests/streams_data.py): the one
+# point of the grid (weight 0.3-0.45, neutral 0.4-0.5) where no stream's purity falls with
+# either embedder. Not in sessions: replayed real sessions (codemem) lost turn cohesion with it
+# (a turn's messages in one thread: 0.67 -> 0.58 and 0.54 -> 0.37 on two projects), and chat
+# words name software domains by accident ("stress", "style").
 CONCEPT_WEIGHT, CONCEPT_NEUTRAL = 0.45, 0.5
 # Weight of a concept feature in the stdlib embedder's vectors (a word counts 1): 0.3 lowers its
 # thread counts with no stream's purity falling; from 0.5, two tasks of one domain share threads.
@@ -5856,17 +5859,25 @@ class ThreadPlacement:
 
     def decision_sims(self, entry, topics, candidates):
         """similarity() of a capture to each candidate thread, its cosines rebased
-        (rebased_cosines) when it is foreign to the embedder, plus the concept term
+        (rebased_cosines) when it is foreign to the embedder, plus for a note the concept term
         (concept_terms): the domain of the work where the words differ."""
         cosines = rebased_cosines(candidates, topics) if self.foreign([entry]) else [c for _, c in candidates]
-        concepts = concept_terms(topics, [t for t, _ in candidates])
+        concepts = concept_terms(self.concept_topics(entry, topics), [t for t, _ in candidates])
         return [min(1.0, similarity(cos, topics, t.get("topics")) + term)
                 for (t, _), cos, (term, _) in zip(candidates, cosines, concepts)]
 
-    def note_concepts(self, decision, topics):
-        """The concepts each of the decision's top threads shares with the content, kept in its
+    @staticmethod
+    def concept_topics(entry, topics):
+        """The topics whose concepts weigh in a capture's decision: a note's (no session). In a
+        session the turn and its current thread carry the task; the concept term measured there
+        made turns less cohesive (see CONCEPT_WEIGHT)."""
+        return () if entry.get("session") else topics
+
+    def note_concepts(self, decision, entry, topics):
+        """The concepts each of the decision's top threads shares with a note, kept in its
         "top" entry: what a reader needs to explain a join of notes that share no word."""
-        tops = [e for e in decision["top"] if e["thread_id"] in self.threads]
+        topics = self.concept_topics(entry, topics)
+        tops = [e for e in decision["top"] if e["thread_id"] in self.threads] if topics else []
         for e, (_, shared) in zip(tops, concept_terms(topics, [self.threads[e["thread_id"]] for e in tops])):
             if shared:
                 e["concepts"] = shared[:CONCEPTS_SHOWN]
@@ -6217,7 +6228,7 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
         candidates = self.candidates(vec)
         sims = self.decision_sims(entry, ext["topics"], candidates)
         decision = decide(ext["topics"], candidates, cfg, sims, follow, current)
-        self.note_concepts(decision, ext["topics"])
+        self.note_concepts(decision, entry, ext["topics"])
         action = decision["action"]
         full = self.threads.get(decision["thread_id"])
         if full is not None and len(full["messages"]) >= MAX_THREAD_MESSAGES:

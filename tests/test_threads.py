@@ -68,7 +68,8 @@ def test_concepts_name_the_domain_notes_share_without_a_word():
 
 def test_a_decision_record_names_the_concepts_behind_a_join(project):
     """A note that shares no word with its thread joins it on their domain, and the decision's
-    "top" entries say which (decision log and capture answer alike)."""
+    "top" entries say which (decision log and capture answer alike); a session's capture
+    weighs no concept."""
     mem = ais.open_memory(str(project), embedder=ais.HashEmbedder())
     notes = ["React login form with email and password fields",
              "postgres migration adds tenant_id to the orders table",
@@ -82,6 +83,10 @@ def test_a_decision_record_names_the_concepts_behind_a_join(project):
     assert top["concepts"][:2] in (["ui", "auth"], ["auth", "ui"])
     logged = [json.loads(line) for line in open(mem.store.log.path, encoding="utf-8")]
     assert any("concepts" in e for r in logged if r.get("msg") == "decision" for e in r["top"])
+    # In a session the turn carries the task: the same text weighs no concept there.
+    entry = ais.prepare_capture(notes[-1], "prompt", at=START + 9 * GAP, session_id="s1", origin="prompt")
+    cid = mem.store.inbox_append(entry)
+    assert not any("concepts" in e for e in mem.drain()[cid]["top"])
 
 
 def test_stored_vectors_of_the_previous_hash_embedder_are_re_embedded(project):
