@@ -221,6 +221,22 @@ BRIDGE_CANDIDATES = 5
 MERGE_MAX_MESSAGES, MERGE_YOUNG_SECONDS = 4, 86400.0
 MERGE_FLOOR, MERGE_LEAD, MERGE_FILE_WEIGHT, MERGE_NEIGHBOURS = 0.30, 0.10, 0.3, 8
 MERGE_LINKS = 20
+# -- concepts in thread decisions --
+# Notes of one task often share no word ("disable the submit button", "remember-me checkbox")
+# but share a domain of the work (CONCEPTS, section 4). A note's (a capture without a session)
+# score for a thread gains CONCEPT_WEIGHT times how far the cosine of their concepts is above
+# CONCEPT_NEUTRAL (and loses it below: a thread of another domain is evidence against), when
+# both name a concept. Chosen on the 17 labelled note streams (tests/streams_data.py): the one
+# point of the grid (weight 0.3-0.45, neutral 0.4-0.5) where no stream's purity falls with
+# either embedder. Not in sessions: replayed real sessions (codemem) lost turn cohesion with it
+# (a turn's messages in one thread: 0.67 -> 0.58 and 0.54 -> 0.37 on two projects), and chat
+# words name software domains by accident ("stress", "style").
+CONCEPT_WEIGHT, CONCEPT_NEUTRAL = 0.45, 0.5
+# Weight of a concept feature in the stdlib embedder's vectors (a word counts 1): 0.3 lowers its
+# thread counts with no stream's purity falling; from 0.5, two tasks of one domain share threads.
+HASH_CONCEPT_WEIGHT = 0.3
+# Concepts kept in each "top" entry of a decision record.
+CONCEPTS_SHOWN = 3
 # -- thread decisions in a language the embedder was not made for --
 # all-MiniLM-L6-v2 is an English model: it puts any two French or Spanish texts close (unrelated
 # notes at a cosine of about 0.4, English ones at 0.04), so for text in another language a
@@ -1849,6 +1865,120 @@ class_name props prop state useeffect usestate onclick onchange key ref children
 px rem em vh vw rgb rgba hex auto flex none inherit important margin padding width height
 color font size display position absolute relative border tsx jsx yml yaml toml txt
 """.split())
+# Concepts of software work: broad domains, each a set of words (English, French, Spanish) that
+# name it, from general knowledge of the field (not from any test data). Two notes of one
+# task often share no word ("disable the submit button", "remember-me checkbox") but do share
+# a domain; a word may name several. Matched on stems (stem()), parts of hyphenated and
+# snake_case topics included.
+CONCEPTS = {
+    "database": """database db sql query table column row index schema postgres postgresql mysql
+        sqlite mariadb oracle mongodb mongo dynamodb cassandra transaction commit rollback join
+        select insert upsert delete primary foreign key constraint unique orm deadlock lock vacuum
+        replica replication shard partition dump restore seed cursor nullable trigger
+        procedure sequence record records migration
+        base données requête tableau colonne ligne jointure clé contrainte réplica
+        datos consulta tabla columna fila índice esquema transacción clave restricción réplica""",
+    "migration": """migration migrate schema alter column backfill rollback revert downgrade
+        upgrade alembic flyway liquibase knex prisma ddl drop rename nullable
+        migrer colonne migración migrar columna""",
+    "ui": """ui ux interface component button form input field checkbox radio dropdown select
+        modal dialog popup tooltip label placeholder submit validation focus blur click tap
+        keyboard page screen widget spinner loader toast menu navbar sidebar tab react vue
+        angular svelte jsx tsx render rerender dom frontend front-end browser view layout
+        sign-in wizard carousel scroll hover
+        composant bouton formulaire champ case écran fenêtre saisie menu navigateur
+        componente botón formulario campo casilla pantalla ventana navegador página""",
+    "style": """css style stylesheet theme dark color colour palette font typography margin
+        padding flex flexbox grid layout responsive breakpoint media tailwind sass scss less
+        contrast icon animation transition shadow border spacing design designer mockup figma
+        couleur thème police sombre clair design
+        color tema fuente oscuro claro diseño""",
+    "auth": """auth authentication authorization authorize login logout signin sign-in signup
+        sign-up password passwd credential credentials session token jwt oauth oauth2 sso saml
+        ldap cookie remember-me mfa 2fa otp permission role account identity authenticate logged
+        connexion déconnexion passe identifiant jeton compte utilisateur authentification
+        sesión contraseña usuario cuenta autenticación iniciar""",
+    "testing": """test unit integration e2e end-to-end spec specs suite fixture mock stub fake
+        assertion assert coverage flaky snapshot pytest jest mocha vitest cypress playwright
+        selenium reproducible deterministic seed random quarantine regression tdd intermittent
+        flake harness
+        essai couverture prueba pruebas cobertura""",
+    "ci": """ci cd pipeline build workflow job jobs runner github gitlab jenkins
+        circleci travis buildkite deploy deployment release artifact stage nightly matrix pr merge lint
+        déploiement intégration livraison despliegue integración""",
+    "reliability": """retry retries backoff timeout timeouts failover circuit breaker idempotent
+        fallback outage incident downtime resilience availability sla hang hangs stuck
+        panne incidente caída""",
+    "containers": """docker dockerfile container containers image compose kubernetes k8s pod pods
+        helm registry layer volume namespace cluster orchestration slim alpine podman
+        conteneur contenedor""",
+    "cloud": """aws gcp azure s3 bucket blob storage iam lambda ec2 cloudfront cdn region kms
+        glacier terraform cloudformation serverless instance vpc
+        stockage nuage almacenamiento nube""",
+    "http": """http https api rest endpoint request response header headers url route
+        router gateway proxy cors websocket socket dns latency client server fetch axios graphql
+        grpc webhook payload json 404 500 429 5xx 4xx
+        requête réponse serveur petición respuesta servidor""",
+    "performance": """performance perf slow slowness fast latency throughput memory leak heap cpu
+        profile profiler profiling benchmark optimize optimization bottleneck oom garbage gc
+        allocation p95 p99 stress
+        lent lenteur mémoire fuite rendimiento lento memoria fuga""",
+    "search": """search elasticsearch opensearch solr lucene algolia meilisearch index reindex
+        indexing query relevance ranking boost analyzer tokenizer stemming synonym synonyms fuzzy
+        autocomplete suggestion suggestions facet filter
+        recherche búsqueda buscar""",
+    "mobile": """mobile ios android app push notification notifications apns fcm device swift
+        kotlin flutter react-native expo testflight playstore appstore
+        móvil notificación""",
+    "payments": """payment payments pay billing invoice invoices subscription charge
+        refund stripe paypal card checkout price pricing tax vat currency receipt credit
+        debit 3ds coupon discount
+        paiement facture facturation abonnement remboursement prix carte
+        pago pagos factura suscripción reembolso precio tarjeta""",
+    "logging": """log logs logging logger debug info warning trace tracing metric metrics
+        monitoring monitor dashboard grafana prometheus datadog sentry alert alerts alerting
+        oncall on-call pager pagerduty incident uptime observability loki kibana elk
+        opentelemetry journal
+        journal alerte supervision registro alerta monitoreo""",
+    "security": """security vulnerability cve xss csrf injection sanitize escape secret secrets
+        encrypt encryption decrypt hash salt certificate tls ssl audit firewall exploit
+        sécurité chiffrement certificat seguridad cifrado certificado""",
+    "git": """git commit commits branch branches merge rebase cherry-pick pull push clone repo
+        repository history tag stash diff conflict checkout fork lfs pre-commit master
+        gitignore blame bisect squash
+        dépôt branche repositorio rama""",
+    "dependencies": """dependency dependencies package packages npm yarn pnpm pip poetry
+        requirements lockfile version versions upgrade pin semver bump library libraries vendor
+        node_modules pypi cargo maven gradle
+        dépendance paquet dependencia paquete""",
+    "docs": """documentation docs readme doc guide tutorial docstring comment changelog wiki
+        portal reference example examples
+        documentation documentación""",
+    "data": """import export csv excel xlsx json xml parse parser parsing delimiter encoding utf-8
+        etl upload download batch rows spreadsheet
+        importer exporter importar exportar""",
+    "concurrency": """thread threads concurrency concurrent concurrently async await parallel race
+        lock mutex deadlock semaphore queue worker workers pool background
+        concurrence concurrencia""",
+    "cache": """cache caching cached redis memcached ttl expire expiry expiration invalidate
+        invalidation evict eviction lru warm warmup
+        caché""",
+    "email": """email emails mail smtp inbox spam bounce dkim spf dmarc newsletter
+        sendgrid mailgun ses unsubscribe
+        courriel correo""",
+    "i18n": """i18n l10n translation translations translate locale language languages plural
+        plurals timezone rtl
+        traduction langue traducción idioma""",
+    "jobs": """cron schedule scheduler scheduled job jobs queue worker background celery sidekiq
+        nightly periodic task tasks
+        tâche tarea""",
+    "media": """image images video videos audio upload uploads thumbnail thumbnails resize
+        transcode ffmpeg streaming codec hls player
+        vidéo vídeo imagen""",
+    "geo": """map maps geolocation location coordinates latitude longitude marker markers gps
+        geocoding distance nearest
+        carte carte mapa ubicación""",
+}
 _WORD_RE = LazyRe(r"[^\W_][\w'’-]*[^\W_]|[^\W_]", re.U)
 # A path with a directory part: only its last part names something (the folders are the
 # install location, /tmp, a home).
@@ -2074,6 +2204,36 @@ def terms(text):
         got = [_TERMS[w] for w in parts]
     out = list(filter(None, got))
     out += idents
+    return out
+
+
+def _concept_index():
+    """stem -> the CONCEPTS it names, built on first use (import stays free of it)."""
+    if not _CONCEPT_INDEX:
+        for name, text in CONCEPTS.items():
+            for word in text.split():
+                names = _CONCEPT_INDEX.setdefault(stem(word), [])
+                if name not in names:
+                    names.append(name)
+    return _CONCEPT_INDEX
+
+
+_CONCEPT_INDEX = {}
+
+
+def concepts_of(weights):
+    """{topic: weight} (or topics, weight 1 each) -> {concept: weight}: each topic's weight
+    shared among the concepts it names; a topic the table lacks (tenant_id, remember-me) is
+    looked up by its parts."""
+    index = _concept_index()
+    out = {}
+    for topic in weights:
+        names = index.get(stem(topic))
+        if names is None:
+            names = {n for part in re.split(r"[-_.]", topic) for n in index.get(stem(part), ())}
+        w = (weights[topic] if isinstance(weights, dict) else 1.0) / max(1, len(names))
+        for name in names:
+            out[name] = out.get(name, 0.0) + w
     return out
 
 
@@ -2372,9 +2532,11 @@ def dot(a, b):
 
 class HashEmbedder:
     """Deterministic stdlib fallback: signed feature hashing (crc32, never the salted hash())
-    of stemmed words, word pairs and character trigrams. Lexical, but stable across runs."""
+    of stemmed words, word pairs, character trigrams and the concepts the words name (CONCEPTS:
+    two notes of one task that share no word still share a domain). Lexical, but stable across
+    runs."""
 
-    id = "hash-v1"
+    id = "hash-v2"  # v1 had no concept features
     dim = 256
 
     def features(self, text):
@@ -2384,6 +2546,7 @@ class HashEmbedder:
         for tok in toks:
             padded = f"#{tok}#"
             feats += [(padded[i:i + 3], 0.2) for i in range(len(padded) - 2)]
+        feats += [("concept:" + name, HASH_CONCEPT_WEIGHT * w) for name, w in concepts_of(toks).items()]
         return feats
 
     def embed(self, texts):
@@ -2923,6 +3086,27 @@ def similarity(cos, topics_a, topics_b):
     """The specified blend: 0.7 cosine + 0.3 topic overlap + 0.15 on an exact topic match."""
     overlap, exact = topic_overlap(topics_a, topics_b)
     return min(1.0, 0.7 * max(cos, 0.0) + 0.3 * overlap + (0.15 if exact else 0.0))
+
+
+def concept_terms(content_topics, threads):
+    """[(score, concepts shared, strongest first)] of a content against each thread: CONCEPT_WEIGHT
+    times how far the cosine of their concepts (the thread's topic tally weighted) lies above
+    CONCEPT_NEUTRAL, so a thread of another domain loses what one of the content's domain gains;
+    0 when either side names no concept."""
+    a = concepts_of(content_topics or ())
+    if not a:
+        return [(0.0, [])] * len(threads)
+    norm_a = sum(v * v for v in a.values()) ** 0.5
+    out = []
+    for thread in threads:
+        b = concepts_of(thread.get("topic_counts") or thread.get("topics") or ())
+        if not b:
+            out.append((0.0, []))
+            continue
+        shared = sorted(a.keys() & b.keys(), key=lambda n: -a[n] * b[n])
+        cos = sum(a[n] * b[n] for n in shared) / (norm_a * sum(v * v for v in b.values()) ** 0.5)
+        out.append((CONCEPT_WEIGHT * (cos - CONCEPT_NEUTRAL), shared))
+    return out
 
 
 def note_thread_files(thread, msg):
@@ -5690,9 +5874,28 @@ class ThreadPlacement:
 
     def decision_sims(self, entry, topics, candidates):
         """similarity() of a capture to each candidate thread, its cosines rebased
-        (rebased_cosines) when it is foreign to the embedder."""
+        (rebased_cosines) when it is foreign to the embedder, plus for a note the concept term
+        (concept_terms): the domain of the work where the words differ."""
         cosines = rebased_cosines(candidates, topics) if self.foreign([entry]) else [c for _, c in candidates]
-        return [similarity(cos, topics, t.get("topics")) for (t, _), cos in zip(candidates, cosines)]
+        concepts = concept_terms(self.concept_topics(entry, topics), [t for t, _ in candidates])
+        return [min(1.0, similarity(cos, topics, t.get("topics")) + term)
+                for (t, _), cos, (term, _) in zip(candidates, cosines, concepts)]
+
+    @staticmethod
+    def concept_topics(entry, topics):
+        """The topics whose concepts weigh in a capture's decision: a note's (no session). In a
+        session the turn and its current thread carry the task; the concept term measured there
+        made turns less cohesive (see CONCEPT_WEIGHT)."""
+        return () if entry.get("session") else topics
+
+    def note_concepts(self, decision, entry, topics):
+        """The concepts each of the decision's top threads shares with a note, kept in its
+        "top" entry: what a reader needs to explain a join of notes that share no word."""
+        topics = self.concept_topics(entry, topics)
+        tops = [e for e in decision["top"] if e["thread_id"] in self.threads] if topics else []
+        for e, (_, shared) in zip(tops, concept_terms(topics, [self.threads[e["thread_id"]] for e in tops])):
+            if shared:
+                e["concepts"] = shared[:CONCEPTS_SHOWN]
 
     def thread_id_of(self, tid):
         """The id a thread answers to now: a merged thread's id leads to the thread it went into."""
@@ -6040,6 +6243,7 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
         candidates = self.candidates(vec)
         sims = self.decision_sims(entry, ext["topics"], candidates)
         decision = decide(ext["topics"], candidates, cfg, sims, follow, current)
+        self.note_concepts(decision, entry, ext["topics"])
         action = decision["action"]
         full = self.threads.get(decision["thread_id"])
         if full is not None and len(full["messages"]) >= MAX_THREAD_MESSAGES:

@@ -248,6 +248,35 @@ HELD_OUT = {
             "restore drill: yesterday's dump loads into a fresh instance in 12 minutes",
         ],
     },
+    # Written by the "concepts" helper before the concept table was measured on anything.
+    "en-three-c": {
+        "logging": [
+            "switch the billing service to structured JSON logs",
+            "every log line should carry the request id from the gateway",
+            "Loki rejects entries bigger than 256 KB, truncate the payload field",
+            "log level is DEBUG in production by mistake, costs a fortune in ingestion",
+            "Grafana dashboard for error rate per endpoint",
+            "page the on-call when 5xx stay above 2% for ten minutes",
+            "alert fired during the incident drill within three minutes",
+        ],
+        "git": [
+            "someone committed a 400 MB dataset to the repo, clones take forever",
+            "rewrite history with git filter-repo to drop the file",
+            "everyone has to re-clone after the force push, announce it in the channel",
+            "move large binaries to Git LFS from now on",
+            "pre-commit hook rejecting files over 5 MB",
+            "protected main branch: force pushes disabled again after the cleanup",
+            "fresh clone is 35 MB now",
+        ],
+        "video": [
+            "user uploads of videos stall at 99% on slow connections",
+            "resumable uploads with tus, chunks of 5 MB",
+            "transcode to 720p and 1080p with ffmpeg in a worker queue",
+            "thumbnails are generated from the first frame, often black",
+            "pick the frame at 10% of the duration instead",
+            "HLS playlist served from the CDN, players pick the bitrate",
+        ],
+    },
 }
 
 

@@ -142,7 +142,7 @@ def test_works_without_numpy_and_sentence_transformers(project, bare_python):
     for _, text in topics_data.interleaved():
         assert cli("capture", text, project=project, python=bare_python, env=env).returncode == 0
     health = cli_json("health", project=project, python=bare_python, env=env)
-    assert health["embedding_model"] == "hash-v1" and health["embedding_coverage"] == 1.0
+    assert health["embedding_model"] == "hash-v2" and health["embedding_coverage"] == 1.0
     assert any("fallback" in w for w in health["warnings"])
     hits = cli_json("search", "postgres migration", project=project, python=bare_python, env=env)
     assert "Postgres" in hits[0]["text"]
