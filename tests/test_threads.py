@@ -90,18 +90,40 @@ def test_a_decision_record_names_the_concepts_behind_a_join(project):
 
 
 def test_stored_vectors_of_the_previous_hash_embedder_are_re_embedded(project):
-    """hash-v2 added concept features: a memory of hash-v1 vectors is reported mixed, and a
-    thread a new capture joins, or `reindex`, gets vectors of the current model."""
+    """hash-v2 added concept features: a memory of hash-v1 vectors is made again when the daemon
+    warms up (upgrade_vectors), once; another model's vectors wait for `reindex`."""
     class Old(ais.HashEmbedder):
         id = "hash-v1"
+
+    class Model(ais.HashEmbedder):
+        id = "some-model-v1"
     mem = ais.open_memory(str(project), embedder=Old())
     for i, text in enumerate(["postgres migration adds tenant_id to orders", "React login form"]):
         mem.capture(text, at=START + i * GAP)
     mem = ais.open_memory(str(project), embedder=ais.HashEmbedder())
     assert mem.stats()["mixed_models"] == ["hash-v1"]
-    assert mem.reindex() == 2
+    assert ais.upgrade_vectors(mem) == 2 and ais.upgrade_vectors(mem) == 0
     stats = ais.open_memory(str(project), embedder=ais.HashEmbedder()).stats()
     assert stats["mixed_models"] == [] and stats["embedding_model"] == "hash-v2" == ais.HashEmbedder.id
+    other = ais.open_memory(str(project / "other"), embedder=Model())
+    other.capture("React login form", at=START)
+    assert ais.upgrade_vectors(ais.open_memory(str(project / "other"), embedder=ais.HashEmbedder())) == 0
+
+
+def test_a_daemon_warming_up_makes_older_stdlib_vectors_again(project):
+    from conftest import cli
+    from support import stop_daemons, wait_for
+
+    class Old(ais.HashEmbedder):
+        id = "hash-v1"
+    ais.open_memory(str(project), embedder=Old()).capture("postgres migration adds tenant_id to orders")
+    store = ais.Store(ais.data_dir_of(str(project)))
+    try:
+        assert cli("daemon", "start", project=project, env={"AI_SMARTNESS_EMBEDDER": "hash"}).returncode == 0
+        wait_for(lambda: ais.daemon_info(store).get("ready") is True, "the daemon to be ready")
+    finally:
+        stop_daemons(project)
+    assert ais.open_memory(str(project), embedder="hash").stats()["mixed_models"] == []
 
 
 def turn(mem, session, prompt, tools=(), conclusion=None, at=START, turn_id=None):
