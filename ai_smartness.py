@@ -427,6 +427,10 @@ BRIEF_WHERE_CHARS = 140
 # Topics of this share of the stored work-streams or more (and of BRIEF_COMMON_MIN streams or
 # more) tell none of them apart: the briefing leaves them out.
 BRIEF_COMMON_TOPICS, BRIEF_COMMON_MIN = 0.2, 2
+# Seconds the briefing waits for a warm daemon to apply the captures still journaled (the last
+# turn's, when a session starts right after one ended): it tells where the work stopped, the
+# same whether the daemon had finished or not.
+BRIEF_DRAIN_SECONDS = 1.5
 
 # ---- LLM backends ----
 LLM_BACKENDS = ("off", "claude-cli", "anthropic", "openai-compatible")
@@ -7985,6 +7989,8 @@ def add_rules_to_store(store, texts, now, source=None):
 def hook_start(store, payload, mem):
     cfg = store.config()
     lang, now = cfg["language"], time.time()
+    if store.inbox_pending():  # no daemon: nothing to wait for, the briefing reads what is stored
+        request(store, "drain", timeout=BRIEF_DRAIN_SECONDS)
     hb = store.heartbeat()
     header = tr("brief_header", lang)
     last = ts_of(hb, "last_interaction")
