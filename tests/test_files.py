@@ -430,6 +430,27 @@ def test_the_briefing_names_the_last_task_before_any_thread_is_stored(project):
                                      "Last: The export now streams. Next: a progress bar."]
 
 
+def test_the_briefing_waits_for_a_warm_daemon_to_apply_the_last_turn(project, monkeypatch):
+    """A session that starts right after one ended: the last turn, still journaled, is applied
+    before the briefing reads the store, so it does not depend on whether the daemon was done."""
+    store = ais.Store(str(project / ".ai"))
+    store.ensure()
+    mem = ais.Memory(store.dir, embedder=ais.FakeEmbedder())
+    asked = []
+
+    def daemon(store, cmd, timeout=None, **args):  # a warm daemon's answer to a drain request
+        asked.append(cmd)
+        mem.drain()
+        return {"ok": True}
+    monkeypatch.setattr(ais, "request", daemon)
+    ais.hook_start(store, {"source": "startup"}, None)
+    assert asked == []  # nothing journaled: nothing to wait for
+    store.inbox_append(ais.prepare_capture("Make the invoice exporter stream its CSV rows", "prompt", session_id="s1"))
+    text = json.loads(ais.hook_start(store, {"source": "startup"}, None))["hookSpecificOutput"]["additionalContext"]
+    assert asked == ["drain"] and not store.inbox_pending()
+    assert 'Where the work stopped: "Make the invoice exporter' in text
+
+
 def test_the_task_is_not_repeated_when_it_is_the_title():
     now = 1_800_000_000
     hot = {"id": "t1", "title": "fix the login redirect loop on…", "last_active": ais.iso(now - 60), "messages": []}
