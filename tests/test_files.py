@@ -451,6 +451,46 @@ def test_the_briefing_waits_for_a_warm_daemon_to_apply_the_last_turn(project, mo
     assert 'Where the work stopped: "Make the invoice exporter' in text
 
 
+def test_the_work_stopped_on_the_thread_of_the_last_task_not_of_the_last_capture(project):
+    """The last capture (a file read, the agent's answer) may have joined another thread than
+    the prompt that set the task: the briefing starts from the task's thread."""
+    store = ais.Store(str(project / ".ai"))
+    store.ensure()
+    now = time.time()
+    task = "Make the invoice exporter stream its CSV rows instead of loading them all"
+
+    def thread(tid, title, ago, text, source):
+        at = ais.iso(now - ago)
+        return {"id": tid, "title": title, "status": "active", "last_active": at, "topics": [],
+                "messages": [{"id": "m" + tid, "ts": at, "source": source, "text": text}]}
+    threads = [thread("texport", "Make the invoice exporter stream its CSV…", 7260, task, "prompt"),
+               thread("tread", "Read docs/deploy.md", 7200, "Read docs/deploy.md: the deploy steps", "tool:Read")]
+    for t in threads:
+        store.save_thread(t)
+    store.write_digest(json.dumps({"threads": {t["id"]: {k: t[k] for k in ("title", "topics", "last_active")}
+                                               for t in threads}}).encode())
+    store.bump([t["id"] for t in threads], hot="tread")
+    assert ais.task_thread(store, store.read_digest(), "")["id"] == "tread"  # no task: the hot thread
+    store.update_heartbeat(last_task=task, last_interaction=ais.iso(now - 7200))
+    text = json.loads(ais.hook_start(store, {"source": "startup"}, None))["hookSpecificOutput"]["additionalContext"]
+    assert text.splitlines()[1].startswith('Where the work stopped: "Make the invoice exporter')
+    assert text.splitlines()[-1] == "- Read docs/deploy.md"  # the other recent work
+
+
+def test_the_last_conclusion_takes_the_room_the_other_work_cannot_use():
+    now = 1_800_000_000
+    at = ais.iso(now - 3600)
+    hot = {"id": "t1", "title": "checkout flow", "last_active": at, "topics": ["checkout"], "messages": []}
+    # Two other lines do not fit in BRIEF_OTHERS_ROOM: only the room of the one that does is kept.
+    digest = {f"t{i}": {"title": f"work-stream {i} " + "with a long title " * 3, "topics": [f"alphabet{i}", f"betatron{i}"],
+                        "last_active": ais.iso(now - 7200 - i)} for i in range(2, 5)}
+    hb = {"last_conclusion": "The cart now persists in local storage and reloads keep it; " * 4}
+    lines = ais.where_work_stopped(hot, digest, [], hb, now, "en", 250)
+    last = next(x for x in lines if x.startswith("Last:"))
+    assert len(last) > 80 and sum(len(x) + 1 for x in lines) <= 250
+    assert lines[-2:] == ["Other recent work:", "- work-stream 2 with a long title with a… (alphabet2, betatron2)"]
+
+
 def test_the_task_is_not_repeated_when_it_is_the_title():
     now = 1_800_000_000
     hot = {"id": "t1", "title": "fix the login redirect loop on…", "last_active": ais.iso(now - 60), "messages": []}
