@@ -410,7 +410,7 @@ COMMAND_CHARS = 300
 FILE_WORDS_KEPT = 300
 # The briefing's files of the last work-stream, and the other recent work-streams it lists.
 BRIEF_FILES, BRIEF_OTHERS = 6, 3
-# Files of the last thread the briefing names before the digest's files in play (DIGEST_FILES);
+# Files of the last thread the briefing names after the digest's files in play (DIGEST_FILES);
 # characters of the task and of a thread title there; a prompt shorter than TASK_MIN_CHARS sets
 # no task ("continue").
 BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 3, 10, 80, 40, 20
@@ -8103,8 +8103,9 @@ def task_thread(store, digest, task):
 def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
     """The briefing's lines on the work, within `room` characters: where it stopped (`hot`, the
     thread of the last task, see task_thread; the topics that tell it apart, the last prompt
-    that set a task), the agent's last conclusion and next step, the files in play (the last
-    thread's newest, then the digest's `in_play`), what was resolved; then the other recent work-streams, a line each, for which
+    that set a task), the agent's last conclusion and next step, the files in play (the digest's
+    `in_play`, touched often and lately whatever thread they joined, then the last thread's
+    newest), what was resolved; then the other recent work-streams, a line each, for which
     the room of the whole lines that fit in BRIEF_OTHERS_ROOM is kept."""
     named = [hot["title"], hb.get("last_task") or ""]  # each work-stream once
     common = common_topics(digest)
@@ -8133,7 +8134,7 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
         return join_within(items, min(BRIEF_FILES_CHARS, left() - len(label)))
 
     own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
-    files = list(dict.fromkeys(own[:BRIEF_OWN_FILES] + in_play))
+    files = list(dict.fromkeys(in_play + own[:BRIEF_OWN_FILES]))
     last = conclusion_of(hb.get("last_conclusion") or next(
         (m["text"] for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), ""))
     last = "" if _PLAN_RE.match(last) else last  # only what it was about to do: no conclusion

@@ -336,7 +336,7 @@ def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_wo
     lines = ais.where_work_stopped(hot, digest, ["src/lexer.py", "src/parser.py"], hb, now, "en", 400)
     assert lines[0] == ('Where the work stopped: "parser speed-up" (1 h ago). Topics: tokens, cache. '  # not the title's
                         'Task: make the parser twice as fast.')
-    assert lines[1] == "Files: src/parser.py, src/lexer.py."  # the last thread's first, no twice
+    assert lines[1] == "Files: src/lexer.py, src/parser.py."  # the files in play first, no twice
     assert lines[2] == "Last: The parser now caches tokens. Next: profile the lexer."  # "Done ✅" says nothing
     assert lines[3].startswith("Resolved: pytest tests/test_parser.py (")  # with its date
     assert lines[4:] == ["Other recent work:", "- login form (validation)"]
