@@ -8085,7 +8085,8 @@ def telling_topics(thread, title, common):
 def task_thread(store, digest, task):
     """The work-stream that holds the prompt of the last `task`, the hot thread first, then
     the BRIEF_TASK_THREADS latest of the `digest`: the work stopped on that task, whichever
-    thread its last capture joined. The hot thread when none does (or no task)."""
+    thread its last capture joined. The hot thread when none does, when there is no task, or
+    when a later prompt of the hot thread started other work ("/start-apps" sets no task)."""
     hot = hot_thread(store)
     if not (hot and task):
         return hot
@@ -8095,8 +8096,11 @@ def task_thread(store, digest, task):
             thread = hot if tid == hot["id"] else store.read_thread(tid) if valid_id(tid) else None
         except (OSError, CorruptRecord):
             continue
-        if thread and any(m.get("source") == "prompt" and repeats(task, m.get("text", "")) for m in thread["messages"]):
-            return thread
+        asked = [ts_of(m, "ts") for m in thread["messages"] if m.get("source") == "prompt"
+                 and repeats(task, m.get("text", ""))] if thread else []
+        if asked:
+            later = [ts_of(m, "ts") for m in hot["messages"] if m.get("source") == "prompt"]
+            return thread if max(asked) >= max(later, default=0.0) else hot
     return hot
 
 

@@ -475,6 +475,10 @@ def test_the_work_stopped_on_the_thread_of_the_last_task_not_of_the_last_capture
     text = json.loads(ais.hook_start(store, {"source": "startup"}, None))["hookSpecificOutput"]["additionalContext"]
     assert text.splitlines()[1].startswith('Where the work stopped: "Make the invoice exporter')
     assert text.splitlines()[-1] == "- Read docs/deploy.md"  # the other recent work
+    # A later prompt too short to set a task ("/start-apps") started other work: it stays there.
+    later = thread("tread", "/start-apps", 60, "/start-apps", "prompt")
+    store.save_thread(later)
+    assert ais.task_thread(store, store.read_digest(), task)["title"] == "/start-apps"
 
 
 def test_the_last_conclusion_takes_the_room_the_other_work_cannot_use():
