@@ -429,7 +429,7 @@ COMMAND_CHARS = 300
 FILE_WORDS_KEPT = 300
 # The briefing's files of the last work-stream, and the other recent work-streams it lists.
 BRIEF_FILES, BRIEF_OTHERS = 6, 3
-# Files of the last thread the briefing names before the digest's files in play (DIGEST_FILES);
+# Files of the last thread the briefing names after the digest's files in play (DIGEST_FILES);
 # characters of the task and of a thread title there; a prompt shorter than TASK_MIN_CHARS sets
 # no task ("continue").
 BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 3, 10, 80, 40, 20
@@ -438,14 +438,20 @@ BRIEF_TOPICS = 6
 # The start of a conclusion always kept (its first sentences up to this length).
 CONCLUSION_HEAD_CHARS = 40
 # Characters of the briefing's files line (whole paths only); of an other work-stream's title,
-# and of its topics (whole ones); the room kept for the other work-streams (their header and
-# two lines); the least room a line is cut to.
+# and of its topics (whole ones); the most room kept for the other work-streams (their header
+# and the whole lines that fit); the least room a line is cut to.
 BRIEF_FILES_CHARS, BRIEF_OTHER_TITLE_CHARS, BRIEF_OTHER_TOPICS, BRIEF_OTHERS_ROOM, BRIEF_MIN_LINE = 90, 40, 25, 140, 40
 # Characters of the briefing's line on where the work stopped (the task, its topics).
 BRIEF_WHERE_CHARS = 140
 # Topics of this share of the stored work-streams or more (and of BRIEF_COMMON_MIN streams or
 # more) tell none of them apart: the briefing leaves them out.
 BRIEF_COMMON_TOPICS, BRIEF_COMMON_MIN = 0.2, 2
+# Seconds the briefing waits for a warm daemon to apply the captures still journaled (the last
+# turn's, when a session starts right after one ended): it tells where the work stopped, the
+# same whether the daemon had finished or not.
+BRIEF_DRAIN_SECONDS = 1.5
+# The latest work-streams searched for the prompt of the last task (where the work stopped).
+BRIEF_TASK_THREADS = 5
 
 # ---- LLM backends ----
 LLM_BACKENDS = ("off", "claude-cli", "anthropic", "openai-compatible")
@@ -8254,19 +8260,22 @@ def add_rules_to_store(store, texts, now, source=None):
 def hook_start(store, payload, mem):
     cfg = store.config()
     lang, now = cfg["language"], time.time()
+    if store.inbox_pending():  # no daemon: nothing to wait for, the briefing reads what is stored
+        request(store, "drain", timeout=BRIEF_DRAIN_SECONDS)
     hb = store.heartbeat()
     header = tr("brief_header", lang)
     last = ts_of(hb, "last_interaction")
     since = tr("brief_since", lang, age=human_age(now - last, lang)) if last else tr("brief_first", lang)
     synth = latest_synthesis(store)
+    digest, in_play = store.read_digest(files=True)
     # No thread stored yet (captures still journaled): the heartbeat knows the last task.
-    hot = hot_thread(store) or (hb.get("last_task") and {
+    hot = task_thread(store, digest, hb.get("last_task")) or (hb.get("last_task") and {
         "id": None, "title": hb["last_task"], "last_active": hb.get("last_interaction"), "messages": []})
     room = cfg["briefing_budget"] - len(header) - 1
     if payload.get("source") == "compact" and synth:
         lines = [since, tr("brief_restored", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_CHARS))]
     elif hot:  # the age of the work it names says how long the gap was
-        lines = where_work_stopped(hot, *store.read_digest(files=True), hb, now, lang, room)
+        lines = where_work_stopped(hot, digest, in_play, hb, now, lang, room)
     else:
         lines = [since] + ([tr("brief_synthesis", lang, text=shorten(synth.get("text", ""),
                                                                       BRIEF_SYNTHESIS_NOTE_CHARS))] if synth else [])
@@ -8342,12 +8351,35 @@ def telling_topics(thread, title, common):
     return [x for x in thread.get("topics", []) if x not in common and x not in said]
 
 
+def task_thread(store, digest, task):
+    """The work-stream that holds the prompt of the last `task`, the hot thread first, then
+    the BRIEF_TASK_THREADS latest of the `digest`: the work stopped on that task, whichever
+    thread its last capture joined. The hot thread when none does, when there is no task, or
+    when a later prompt of the hot thread started other work ("/start-apps" sets no task)."""
+    hot = hot_thread(store)
+    if not (hot and task):
+        return hot
+    latest = sorted(digest, key=lambda t: ts_of(digest[t], "last_active"), reverse=True)[:BRIEF_TASK_THREADS]
+    for tid in [hot["id"], *(t for t in latest if t != hot["id"])]:
+        try:
+            thread = hot if tid == hot["id"] else store.read_thread(tid) if valid_id(tid) else None
+        except (OSError, CorruptRecord):
+            continue
+        asked = [ts_of(m, "ts") for m in thread["messages"] if m.get("source") == "prompt"
+                 and repeats(task, m.get("text", ""))] if thread else []
+        if asked:
+            later = [ts_of(m, "ts") for m in hot["messages"] if m.get("source") == "prompt"]
+            return thread if max(asked) >= max(later, default=0.0) else hot
+    return hot
+
+
 def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
-    """The briefing's lines on the work, within `room` characters: where it stopped (the thread
-    worked on last, the topics that tell it apart, the last prompt that set a task), the agent's
-    last conclusion and next step, the files in play (the last thread's newest, then the digest's
-    `in_play`), what was resolved; then the other recent work-streams, a line each, for which
-    room is kept."""
+    """The briefing's lines on the work, within `room` characters: where it stopped (`hot`, the
+    thread of the last task, see task_thread; the topics that tell it apart, the last prompt
+    that set a task), the agent's last conclusion and next step, the files in play (the digest's
+    `in_play`, touched often and lately whatever thread they joined, then the last thread's
+    newest), what was resolved; then the other recent work-streams, a line each, for which
+    the room of the whole lines that fit in BRIEF_OTHERS_ROOM is kept."""
     named = [hot["title"], hb.get("last_task") or ""]  # each work-stream once
     common = common_topics(digest)
     others = []
@@ -8360,7 +8392,8 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
             others.append(tr("brief_other", lang, title=title, topics=join_within(
                 telling_topics(t, title, common), BRIEF_OTHER_TOPICS)).replace(" ()", ""))
     others = [tr("brief_others", lang)] + others if others else []
-    budget = room - min(BRIEF_OTHERS_ROOM, sum(len(x) + 1 for x in others))
+    kept = pack_lines(others, BRIEF_OTHERS_ROOM, cut=False)  # whole lines: what the rest may not take
+    budget = room - (sum(len(x) + 1 for x in kept) if len(kept) > 1 else 0)
     lines = []
 
     def left():
@@ -8374,7 +8407,7 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
         return join_within(items, min(BRIEF_FILES_CHARS, left() - len(label)))
 
     own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
-    files = list(dict.fromkeys(own[:BRIEF_OWN_FILES] + in_play))
+    files = list(dict.fromkeys(in_play + own[:BRIEF_OWN_FILES]))
     last = conclusion_of(hb.get("last_conclusion") or next(
         (m["text"] for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), ""))
     last = "" if _PLAN_RE.match(last) else last  # only what it was about to do: no conclusion

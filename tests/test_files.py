@@ -363,7 +363,7 @@ def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_wo
     lines = ais.where_work_stopped(hot, digest, ["src/lexer.py", "src/parser.py"], hb, now, "en", 400)
     assert lines[0] == ('Where the work stopped: "parser speed-up" (1 h ago). Topics: tokens, cache. '  # not the title's
                         'Task: make the parser twice as fast.')
-    assert lines[1] == "Files: src/parser.py, src/lexer.py."  # the last thread's first, no twice
+    assert lines[1] == "Files: src/lexer.py, src/parser.py."  # the files in play first, no twice
     assert lines[2] == "Last: The parser now caches tokens. Next: profile the lexer."  # "Done ✅" says nothing
     assert lines[3].startswith("Resolved: pytest tests/test_parser.py (")  # with its date
     assert lines[4:] == ["Other recent work:", "- login form (validation)"]
@@ -455,6 +455,71 @@ def test_the_briefing_names_the_last_task_before_any_thread_is_stored(project):
     text = json.loads(ais.hook_start(store, {"source": "startup"}, None))["hookSpecificOutput"]["additionalContext"]
     assert text.splitlines()[1:] == ['Where the work stopped: "Make the export stream rows instead of…" (2 h ago).',
                                      "Last: The export now streams. Next: a progress bar."]
+
+
+def test_the_briefing_waits_for_a_warm_daemon_to_apply_the_last_turn(project, monkeypatch):
+    """A session that starts right after one ended: the last turn, still journaled, is applied
+    before the briefing reads the store, so it does not depend on whether the daemon was done."""
+    store = ais.Store(str(project / ".ai"))
+    store.ensure()
+    mem = ais.Memory(store.dir, embedder=ais.FakeEmbedder())
+    asked = []
+
+    def daemon(store, cmd, timeout=None, **args):  # a warm daemon's answer to a drain request
+        asked.append(cmd)
+        mem.drain()
+        return {"ok": True}
+    monkeypatch.setattr(ais, "request", daemon)
+    ais.hook_start(store, {"source": "startup"}, None)
+    assert asked == []  # nothing journaled: nothing to wait for
+    store.inbox_append(ais.prepare_capture("Make the invoice exporter stream its CSV rows", "prompt", session_id="s1"))
+    text = json.loads(ais.hook_start(store, {"source": "startup"}, None))["hookSpecificOutput"]["additionalContext"]
+    assert asked == ["drain"] and not store.inbox_pending()
+    assert 'Where the work stopped: "Make the invoice exporter' in text
+
+
+def test_the_work_stopped_on_the_thread_of_the_last_task_not_of_the_last_capture(project):
+    """The last capture (a file read, the agent's answer) may have joined another thread than
+    the prompt that set the task: the briefing starts from the task's thread."""
+    store = ais.Store(str(project / ".ai"))
+    store.ensure()
+    now = time.time()
+    task = "Make the invoice exporter stream its CSV rows instead of loading them all"
+
+    def thread(tid, title, ago, text, source):
+        at = ais.iso(now - ago)
+        return {"id": tid, "title": title, "status": "active", "last_active": at, "topics": [],
+                "messages": [{"id": "m" + tid, "ts": at, "source": source, "text": text}]}
+    threads = [thread("texport", "Make the invoice exporter stream its CSV…", 7260, task, "prompt"),
+               thread("tread", "Read docs/deploy.md", 7200, "Read docs/deploy.md: the deploy steps", "tool:Read")]
+    for t in threads:
+        store.save_thread(t)
+    store.write_digest(json.dumps({"threads": {t["id"]: {k: t[k] for k in ("title", "topics", "last_active")}
+                                               for t in threads}}).encode())
+    store.bump([t["id"] for t in threads], hot="tread")
+    assert ais.task_thread(store, store.read_digest(), "")["id"] == "tread"  # no task: the hot thread
+    store.update_heartbeat(last_task=task, last_interaction=ais.iso(now - 7200))
+    text = json.loads(ais.hook_start(store, {"source": "startup"}, None))["hookSpecificOutput"]["additionalContext"]
+    assert text.splitlines()[1].startswith('Where the work stopped: "Make the invoice exporter')
+    assert text.splitlines()[-1] == "- Read docs/deploy.md"  # the other recent work
+    # A later prompt too short to set a task ("/start-apps") started other work: it stays there.
+    later = thread("tread", "/start-apps", 60, "/start-apps", "prompt")
+    store.save_thread(later)
+    assert ais.task_thread(store, store.read_digest(), task)["title"] == "/start-apps"
+
+
+def test_the_last_conclusion_takes_the_room_the_other_work_cannot_use():
+    now = 1_800_000_000
+    at = ais.iso(now - 3600)
+    hot = {"id": "t1", "title": "checkout flow", "last_active": at, "topics": ["checkout"], "messages": []}
+    # Two other lines do not fit in BRIEF_OTHERS_ROOM: only the room of the one that does is kept.
+    digest = {f"t{i}": {"title": f"work-stream {i} " + "with a long title " * 3, "topics": [f"alphabet{i}", f"betatron{i}"],
+                        "last_active": ais.iso(now - 7200 - i)} for i in range(2, 5)}
+    hb = {"last_conclusion": "The cart now persists in local storage and reloads keep it; " * 4}
+    lines = ais.where_work_stopped(hot, digest, [], hb, now, "en", 250)
+    last = next(x for x in lines if x.startswith("Last:"))
+    assert len(last) > 80 and sum(len(x) + 1 for x in lines) <= 250
+    assert lines[-2:] == ["Other recent work:", "- work-stream 2 with a long title with a… (alphabet2, betatron2)"]
 
 
 def test_the_task_is_not_repeated_when_it_is_the_title():
