@@ -1681,6 +1681,23 @@ class Store:
         return out
 
 
+def clear_recalls(store, older_than=None):
+    """Remove the generated recall answers (older than `older_than` seconds, else all: a thread
+    forgotten or a store redacted again must leave no copy in them). Returns how many went."""
+    limit = None if older_than is None else time.time() - older_than
+    gone = 0
+    for name in Store._listdir(store.recall_dir):
+        path = os.path.join(store.recall_dir, name)
+        try:
+            if limit is not None and os.lstat(path).st_mtime >= limit:
+                continue
+        except OSError:
+            continue
+        Store._unlink(path)
+        gone += 1
+    return gone
+
+
 # ==== 4. Text: noise, redaction, tokens, extraction ====
 
 # Whole messages that carry no memory worth keeping (en, fr, es).
@@ -8221,23 +8238,6 @@ def recall_file(store, query, text):
     to last until the Read that follows it, and recalled text must not stay behind for good."""
     clear_recalls(store, RECALL_KEEP_SECONDS)
     return store.write_recall(query, text)
-
-
-def clear_recalls(store, older_than=None):
-    """Remove the generated recall answers (older than `older_than` seconds, else all: a thread
-    forgotten or a store redacted again must leave no copy in them). Returns how many went."""
-    limit = None if older_than is None else time.time() - older_than
-    gone = 0
-    for name in Store._listdir(store.recall_dir):
-        path = os.path.join(store.recall_dir, name)
-        try:
-            if limit is not None and os.lstat(path).st_mtime >= limit:
-                continue
-        except OSError:
-            continue
-        Store._unlink(path)
-        gone += 1
-    return gone
 
 
 def context_output(event, text):
