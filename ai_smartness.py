@@ -2291,7 +2291,8 @@ class HeuristicExtractor:
         body = _PATH_RE.sub(lambda m: " " + re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1] + " ", body)
         for raw in _WORD_RE.findall(body):
             word = raw.lower().strip("'’-")
-            if (len(word) < 3 or word in STOPWORDS or word in GENERIC_WORDS or word in CODE_WORDS
+            # A word under three letters is noise, but for an acronym that names a domain (CI, UI, DB).
+            if ((len(word) < 3 and not (raw.isupper() and word in _concept_index())) or word in STOPWORDS or word in GENERIC_WORDS or word in CODE_WORDS
                     or word in ACKNOWLEDGEMENTS or word[0].isdigit() or word.startswith("--")
                     or sum(c.isdigit() for c in word) * 2 >= len(word)):
                 continue  # numbers, sizes (1rem), dates, versions and flags name no concept

@@ -165,6 +165,14 @@ def test_topics_prefer_identifiers_and_the_file_name():
     assert ex["title"].startswith("invoices.py")
 
 
+def test_an_acronym_that_names_a_domain_is_a_topic_other_short_words_are_not():
+    """"CI flaky tests" is about CI: its domain links it to a note about the workflow that shares
+    no other word (concepts). `cd`, `ls` and `is` name nothing."""
+    assert ai.EXTRACTOR.topics("CI flaky tests: checkout spec fails") == ["ci", "flaky", "checkout", "spec", "fails"]
+    assert set(ai.EXTRACTOR.topics("cd src && ls; the UI is slow, DB is down, PR 12 is open")) >= {"ui", "db", "pr"}
+    assert not {"cd", "ls", "is", "ok", "id"} & set(ai.EXTRACTOR.topics("cd src && ls -la; is it OK? the ID is 4"))
+
+
 def test_topics_dedupe_stems():
     topics = ai.EXTRACTOR.topics("migration migrations migration postgres")
     assert len([t for t in topics if t.startswith("migration")]) == 1
