@@ -36,7 +36,8 @@ def test_stdlib_embedder_groups_notes_and_keeps_them_mostly_pure(tmp_path):
     """The hashing embedder only sees shared words, and these notes share few: the concepts
     the words name (CONCEPTS) in its vectors and in the decision scores group the terse ones
     into 5 threads at purity 1.0 (8 at 0.85 before concepts, 14 before relative evidence);
-    over every stream, about 6 threads at purity 0.99 (9.1 at 0.89 before concepts)."""
+    over every stream, 5.6 threads at purity 0.99 (5.9 before acronyms such as CI were topics,
+    9.1 at 0.89 before concepts)."""
     _, members = replay(tmp_path / "terse", streams_data.streams()["terse-interleaved"], ais.HashEmbedder())
     assert streams_data.purity(members) == 1.0 and len(members) <= 5
     purities, counts = [], []
@@ -45,7 +46,7 @@ def test_stdlib_embedder_groups_notes_and_keeps_them_mostly_pure(tmp_path):
         purities.append(streams_data.purity(got))
         counts.append(len(got))
     assert sum(purities) / len(purities) >= 0.95 and min(purities) >= 0.9
-    assert sum(counts) / len(counts) <= 6.5
+    assert sum(counts) / len(counts) <= 5.7
 
 
 def test_concepts_name_the_domain_notes_share_without_a_word():
