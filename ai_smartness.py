@@ -6449,8 +6449,8 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
             for bid in gone:
                 self._drop_bridge(bid)
             self._unindex_thread(tid)
-            touched.discard(tid)
-            self.save(touched, (), gone, [tid])
+            self.save(touched - {tid}, (), gone, [tid])
+            self.write_index()  # hooks answering without the daemon read the digest: not a copy of it there
             return thread
 
     def reindex(self, progress=None):
@@ -7557,6 +7557,35 @@ def scrub_store(store):
     count = len(threads) + len(bridges) + len(rewritten)
     store.log.info("stored text redacted again for new secret patterns", records=count)
     return count
+
+
+def erase_traces(store, thread):
+    """Remove what a forgotten `thread` left outside its record: the recall answers, its entry
+    in each pre-compaction synthesis (the Threads line rebuilt without it) and the heartbeat's
+    last task when that is one of its prompts (a briefing names the last task when no thread
+    holds it). Sentences a synthesis took from the transcript stay: they belong to no thread."""
+    tid = thread["id"]
+    with store.lock():
+        for path in store.synthesis_files():
+            try:
+                doc = read_json(path)
+            except (OSError, CorruptRecord):
+                continue  # unreadable: latest_synthesis skips it too
+            listed = doc.get("threads") if isinstance(doc, dict) else None
+            if not isinstance(listed, list) or not any(isinstance(t, dict) and t.get("id") == tid for t in listed):
+                continue
+            kept = [t for t in listed if isinstance(t, dict) and t.get("id") != tid]
+            doc["threads"] = kept
+            for key in ("text", "heuristic"):
+                if isinstance(doc.get(key), str):
+                    lines = [x for x in doc[key].split("\n") if not x.startswith("Threads: ")]
+                    doc[key] = "\n".join(lines + ([synthesis_threads_line(kept)] if kept else []))
+            write_json_atomic(path, doc)
+    clear_recalls(store)
+    task = store.heartbeat().get("last_task")
+    if isinstance(task, str) and any(m.get("source") == "prompt" and repeats(task, m.get("text", ""))
+                                     for m in thread["messages"]):
+        store.update_heartbeat(last_task="")
 
 
 def upgrade_vectors(mem):
@@ -8824,9 +8853,13 @@ def build_synthesis(texts, threads, now, trigger=None, instructions=None, sessio
     if doc["state"]:
         parts.append("State: " + shorten(doc["state"], BRIEF_SYNTHESIS_CHARS))
     if active:
-        parts.append("Threads: " + "; ".join(f"{t['title']} ({', '.join(t['topics'])})" for t in active))
+        parts.append(synthesis_threads_line(active))
     doc["text"] = "\n".join(parts)
     return doc
+
+
+def synthesis_threads_line(threads):
+    return "Threads: " + "; ".join(f"{t['title']} ({', '.join(t['topics'])})" for t in threads)
 
 
 @hook("precompact", event="PreCompact", budget=20.0)
@@ -10024,7 +10057,7 @@ def do_forget(cli, args):
         thread = cli.mem().forget(args.id)
     except NotFound:
         raise NotFound(tr("not_found", cli.lang, what=args.id)) from None
-    clear_recalls(cli.mem().store)
+    erase_traces(cli.mem().store, thread)
     cli.daemon("stats")  # a running daemon reloads on its next request; this just nudges it
     return emit(args, {"forgotten": args.id}, tr("forgotten", cli.lang, title=thread["title"]))
 

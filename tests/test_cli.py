@@ -5,12 +5,14 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
 import ai_smartness as ai
 import topics_data
-from conftest import ROOT, SCRIPT, cli, cli_json
+from conftest import ROOT, SCRIPT, cli, cli_json, hook
+from support import prompt_payload, start_payload
 
 COMMANDS = ["capture", "status", "threads", "thread", "bridges", "search", "recall", "context", "rules",
             "forget", "export", "reindex", "health", "daemon", "hook"]
@@ -94,6 +96,29 @@ def test_forget_and_exit_codes(filled):
     assert cli("forget", tid, project=filled).returncode == 3
     assert cli("nonsense", project=filled).returncode == 2
     assert cli("capture", "x", "--at", "not a time", project=filled).returncode == 2
+
+
+def test_a_forgotten_thread_leaves_no_trace_in_the_briefing_or_a_synthesis(project):
+    """forget removes the thread's text wherever the briefing reads it: the last task of the
+    heartbeat (the briefing names it when no stored thread holds it) and the threads listed by
+    a pre-compaction synthesis (kept for other work)."""
+    task = "stream the quarterly billing export as CSV rows"
+    assert hook("inject", prompt_payload(task, project=str(project)), project).returncode == 0
+    assert cli("capture", "nightly backup of the postgres replica to S3", project=project).returncode == 0
+    threads = cli_json("threads", project=project)
+    tid = next(t["id"] for t in threads if "billing" in t["title"])
+    store = ai.Store(ai.data_dir_of(str(project)))
+    doc = ai.build_synthesis([("assistant", "Done: the export now streams its rows.")], store.read_digest(),
+                             time.time())
+    store.write_synthesis(doc, time.time())
+    assert "billing" in store.latest_synthesis()["text"] and "replica" in store.latest_synthesis()["text"]
+    assert cli("forget", tid, project=project).returncode == 0
+    synth = store.latest_synthesis()
+    assert "billing" not in json.dumps(synth) and tid not in json.dumps(synth)
+    assert "replica" in synth["text"]  # the other work stays
+    brief = hook("start", start_payload(project=str(project)), project)
+    assert brief.returncode == 0 and b"billing" not in brief.stdout and b"replica" in brief.stdout, brief.stdout
+    assert "billing" not in json.dumps(store.heartbeat())
 
 
 def test_capture_from_stdin_with_source_file_and_time(project):
