@@ -497,6 +497,8 @@ WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", 
 CHANGED_SHOWN, OUTCOMES_SHOWN, OUTCOME_CHARS = 6, 2, 200
 # Characters of the one outcome the briefing names (the latest).
 BRIEF_OUTCOME_CHARS = 60
+# Files a fixed command's failure keeps of the change that fixed it (fix_change).
+FIX_FILES = 3
 
 # ---- user rules ----
 # The longest sentence kept as a rule (longer is prose), the share of the inject budget the
@@ -3167,14 +3169,33 @@ def message_signals(entry, ts):
     return out
 
 
+def fix_change(msgs, session_mids, failed):
+    """{"fixed_files": the files its session edited or wrote after the `failed` command (ids
+    sort in time), at most FIX_FILES}, {} for none: the change that fixed it, for a run that
+    now passes."""
+    import bisect
+    files = [f for m in session_mids[bisect.bisect(session_mids, failed):]
+             if msgs.get(m, {}).get("op") in ("edit", "write") for f in msgs[m].get("files", ())]
+    files = list(dict.fromkeys(files))[:FIX_FILES]
+    return {"fixed_files": files} if files else {}
+
+
+def fixed_files(msg):
+    """The files of the change that fixed a failed command, as its message keeps them."""
+    files = msg.get("fixed_files")
+    return [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
+
+
 def thread_outcomes(thread):
     """What the work on a thread resolved, oldest first, the one notion of "resolved" every
-    view shows: each failed command a later run fixed (`fixed_by`) and each answer that said a
-    problem is solved (`resolved`), as {"kind": "command"|"answer", "text", "at"}."""
+    view shows: each failed command a later run fixed (`fixed_by`, with the files the fix
+    changed) and each answer that said a problem is solved (`resolved`), as {"kind":
+    "command"|"answer", "text", "at"[, "files"]}."""
     out = []
     for m in thread.get("messages", ()):
         if m.get("fixed_by") and m.get("command"):
-            out.append({"kind": "command", "text": m["command"], "at": m.get("fixed_at") or m["ts"]})
+            out.append({"kind": "command", "text": m["command"], "at": m.get("fixed_at") or m["ts"],
+                        **({"files": files} if (files := fixed_files(m)) else {})})
         if isinstance(m.get("resolved"), str) and m["resolved"]:
             out.append({"kind": "answer", "text": m["resolved"], "at": m["ts"]})
     out.sort(key=lambda o: ts_of(o, "at"))
@@ -6290,10 +6311,7 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
                 parent.setdefault("child_ids", []).append(thread["id"])
                 touched_t.add(parent["id"])
         msg = {"id": mid, "ts": iso(now), "source": entry["source"], "text": entry["text"]}
-        for key in ("file", "session", "agent"):
-            if entry.get(key):
-                msg[key] = entry[key]
-        for key in ("turn", "key"):
+        for key in ("file", "session", "agent", "turn", "key"):
             if entry.get(key):
                 msg[key] = entry[key]
         if isinstance(entry.get("command"), str):
@@ -6337,10 +6355,11 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
 
     def _link_fix(self, msg, touched_t):
         """A command that passes after it failed in the same session: the failure and its fix
-        point at each other."""
+        point at each other, and the failure keeps the change that fixed it (fix_change)."""
         failed = self.file_table().failures.get((msg.get("session") or "", msg["command"]))
         if failed in self.msgs:
-            self.msgs[failed].update(fixed_by=msg["id"], fixed_at=msg["ts"])
+            self.msgs[failed].update(fixed_by=msg["id"], fixed_at=msg["ts"],
+                                     **fix_change(self.msgs, self.sessions.get(msg.get("session"), []), failed))
             msg["fixes"] = failed
             touched_t.add(self.thread_rows.keys[self.row_thread[self.rows.of[failed]]])
 
@@ -6686,7 +6705,9 @@ def item_line(msg, lang, text=None, when=False, dated=True):
     date = format_date(ts_of(msg, "ts"), lang) + (", " + when_label(markers_of(msg), lang) if when else "")
     line = f"[{date}] " * dated + f"{source_label(msg.get('source'))}{msg['text'] if text is None else text}"
     if msg.get("fixed_at"):
-        line = line.replace(" [failed]", " [" + tr("outcome_fixed", lang, date=format_date(ts_of(msg, "fixed_at"), lang)) + "]", 1)
+        date, files = format_date(ts_of(msg, "fixed_at"), lang), ", ".join(fixed_files(msg))
+        fixed = tr("outcome_fixed_by", lang, date=date, files=files) if files else tr("outcome_fixed", lang, date=date)
+        line = line.replace(" [failed]", f" [{fixed}]", 1)
     return line
 
 
@@ -6815,9 +6836,11 @@ def when_label(markers, lang):
 
 
 def outcome_text(outcome, lang, chars=OUTCOME_CHARS):
-    """One thread_outcomes() item: what was resolved, and when."""
-    return tr("outcome_resolved", lang, text=shorten(outcome["text"], chars).rstrip(".!"),
-              date=format_date(ts_of(outcome, "at"), lang))
+    """One thread_outcomes() item: what was resolved, when, and by changing which files."""
+    text, date = shorten(outcome["text"], chars).rstrip(".!"), format_date(ts_of(outcome, "at"), lang)
+    if outcome.get("files"):
+        return tr("outcome_resolved_by", lang, text=text, date=date, files=", ".join(outcome["files"]))
+    return tr("outcome_resolved", lang, text=text, date=date)
 
 
 def signal_lines(thread, lang):

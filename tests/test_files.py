@@ -285,10 +285,14 @@ def test_a_failed_command_is_captured_and_linked_to_the_run_that_passes_after_th
     assert failed["files"] == ["tests/test_parser.py"] and failed["command"] == "pytest tests/test_parser.py"
     passed = mem.msgs[failed["fixed_by"]]
     assert passed["fixes"] == failed["id"] and not passed.get("failed")
-    assert "failed, fixed on" in ais.item_line(failed, "en")
+    # The change that fixed it: the files the session edited between the failure and the pass.
+    assert failed["fixed_files"] == ["src/parser.py"]
+    assert "failed, fixed on" in ais.item_line(failed, "en") and "by changing src/parser.py" in ais.item_line(failed, "en")
     again = ais.open_memory(str(project))  # saved on both sides
     again.ensure_loaded()
     assert again.msgs[failed["id"]]["fixed_by"] == passed["id"]
+    thread = next(t for t in again.threads.values() if any(m["id"] == failed["id"] for m in t["messages"]))
+    assert ais.thread_outcomes(thread)[0]["files"] == ["src/parser.py"]
 
 
 def test_a_failure_in_another_session_or_of_another_command_is_not_fixed_by_it(project):

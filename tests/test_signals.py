@@ -85,6 +85,10 @@ def test_one_notion_of_resolved_commands_fixed_and_answers():
         ("command", "pytest", "2026-11-20T10:05:00Z"), ("answer", "The parser bug is fixed.", "2026-11-20T10:06:00Z")]
     line = ai.signal_lines(thread, "en")[0]
     assert line == "  Resolved: pytest (20 November 2026); The parser bug is fixed (20 November 2026)."
+    thread["messages"][0]["fixed_files"] = ["src/parser.py", 7]  # a damaged entry is skipped
+    assert ai.thread_outcomes(thread)[0]["files"] == ["src/parser.py"]
+    assert ai.signal_lines(thread, "fr")[0].startswith(
+        "  Résolu : pytest (20 novembre 2026, après modification de src/parser.py);")
 
 
 # ---- time markers ----
