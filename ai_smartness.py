@@ -182,6 +182,9 @@ DRAIN_RETRY_SECONDS = (1.0, 60.0)
 PROC_FD_DIR = "/proc/self/fd"
 SOCKET_TMP_ROOT = "/tmp"
 # -- secrets --
+# `forget --text`: what replaces the text everywhere, and the shortest text taken (a word of a
+# few letters would cut through every record).
+FORGOTTEN_MARK, FORGET_TEXT_MIN = "[REDACTED:forgotten]", 8
 # Characters kept of a raw payload field (session id, end reason, compaction trigger).
 FIELD_CHARS = 200
 # Characters kept of /compact's custom instructions in a synthesis.
@@ -1698,6 +1701,31 @@ def clear_recalls(store, older_than=None):
         Store._unlink(path)
         gone += 1
     return gone
+
+
+def rewrite_raw_files(store, clean):
+    """Pass the logs and the quarantined records, as text, through `clean` (a string the user
+    asked to forget); returns the files rewritten. Each is replaced whole: a line a hook appends
+    to a log meanwhile may be lost, which an advisory log can afford."""
+    count = 0
+    for path in [store.log_file, store.daemon_log_file] + [
+            os.path.join(store.quarantine_dir, n) for n in store.quarantined()]:
+        chunks = []
+        try:
+            fd = open_data_file(path, os.O_RDONLY)
+            try:
+                while chunk := os.read(fd, 1 << 20):
+                    chunks.append(chunk)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue  # absent, or not a file: nothing of the text there to reach
+        text = b"".join(chunks).decode("utf-8", "surrogateescape")
+        new = clean(text)
+        if new != text:
+            write_bytes_atomic(path, new.encode("utf-8", "surrogateescape"))
+            count += 1
+    return count
 
 
 # ==== 4. Text: noise, redaction, tokens, extraction ====
@@ -7533,15 +7561,15 @@ def redaction_mark():
     return blake2b(spec.encode("utf-8"), digest_size=8).hexdigest()
 
 
-def scrubbed(value):
-    """A stored value with every string in it redacted again: the same object when nothing
-    changed."""
+def scrubbed(value, clean=redact):
+    """A stored value with every string in it, keys included (a thread's topic tally is keyed
+    by words), passed through `clean` (redacted again): the same object when nothing changed."""
     if isinstance(value, str):
-        return redact(value)
+        return clean(value)
     if isinstance(value, dict):
-        out = {k: v if k in _NOT_TEXT_KEYS else scrubbed(v) for k, v in value.items()}
+        out = {scrubbed(k, clean): v if k in _NOT_TEXT_KEYS else scrubbed(v, clean) for k, v in value.items()}
     elif isinstance(value, list):
-        out = [scrubbed(v) for v in value]
+        out = [scrubbed(v, clean) for v in value]
     else:
         return value
     return value if out == value else out
@@ -7549,15 +7577,32 @@ def scrubbed(value):
 
 def scrub_store(store):
     """Once per set of secret patterns (an upgrade brings new ones), redact again what an
-    older version stored: threads, bridges, syntheses, captures still journaled, rules, the
-    heartbeat; generated recall answers are removed. Renderers can then cut stored text without redacting it on every answer.
-    Returns the records rewritten."""
+    older version stored (rewrite_stored_text). Renderers can then cut stored text without
+    redacting it on every answer. Returns the records rewritten."""
     mark = redaction_mark()
     if store.heartbeat().get("redaction") == mark:
         return 0
+    count = rewrite_stored_text(store, redact)
+    store.update_heartbeat(redaction=mark)
+    store.log.info("stored text redacted again for new secret patterns", records=count)
+    return count
+
+
+def forget_text(store, text):
+    """Cut `text` (a secret redaction missed) out of everything stored: the records
+    (rewrite_stored_text), the logs and quarantined records. Returns the files rewritten."""
+    def clean(value):
+        return value.replace(text, FORGOTTEN_MARK)
+    return rewrite_stored_text(store, clean) + rewrite_raw_files(store, clean)
+
+
+def rewrite_stored_text(store, clean):
+    """Pass every stored text through `clean` (scrubbed): threads, bridges, syntheses, captures
+    still journaled, rules, the heartbeat's strings; generated recall answers are removed.
+    Returns the records rewritten."""
     with store.lock():  # a drain removes journal entries under it: none is rewritten after
-        threads = [new for old in store.iter_threads() if (new := scrubbed(old)) is not old]
-        bridges = [new for old in store.iter_bridges() if (new := scrubbed(old)) is not old]
+        threads = [new for old in store.iter_threads() if (new := scrubbed(old, clean)) is not old]
+        bridges = [new for old in store.iter_bridges() if (new := scrubbed(old, clean)) is not old]
         if threads or bridges:
             store.save_records(threads, bridges)
             store.bump([r["id"] for r in threads + bridges], hot=store.state().get("hot_thread"))
@@ -7567,19 +7612,18 @@ def scrub_store(store):
                 files.append((path, read_json(path)))
             except (OSError, CorruptRecord):
                 continue  # unreadable: latest_synthesis skips it too
-        rewritten = [(p, new) for p, old in files if old is not None and (new := scrubbed(old)) is not old]
+        rewritten = [(p, new) for p, old in files if old is not None and (new := scrubbed(old, clean)) is not old]
         for path, doc in rewritten:
             write_json_atomic(path, doc)
     clear_recalls(store)
+
     def scrub_rules(rules):
-        rules[:] = scrubbed(rules)
+        rules[:] = scrubbed(rules, clean)
     store.update_rules(scrub_rules)
-    hb = store.heartbeat()
-    # update_heartbeat redacts what it writes.
-    store.update_heartbeat(redaction=mark, **{k: v for k, v in hb.items() if isinstance(v, str) and redact(v) != v})
-    count = len(threads) + len(bridges) + len(rewritten)
-    store.log.info("stored text redacted again for new secret patterns", records=count)
-    return count
+    changed = {k: new for k, v in store.heartbeat().items() if isinstance(v, str) and (new := clean(v)) != v}
+    if changed:
+        store.update_heartbeat(**changed)  # it redacts what it writes
+    return len(threads) + len(bridges) + len(rewritten)
 
 
 def erase_traces(store, thread):
@@ -9218,10 +9262,12 @@ def mcp_threads(cli, args):
     return cli_text(cli, do_threads, status=args.get("status", "active"), limit=args.get("limit", THREADS_LISTED))
 
 
-@mcp_tool("forget", "Forget a thread", "Delete one thread and its bridges from the memory, for good.",
-          {"id": ID_ARG}, required=["id"], effect="deletes")
+@mcp_tool("forget", "Forget a thread or a text", "Delete one thread (id) and its bridges from the memory, for good; "
+          "or cut a text (a secret) out of everything stored. One of the two.",
+          {"id": ID_ARG, "text": {"type": "string", "minLength": FORGET_TEXT_MIN}},
+          effect="deletes")
 def mcp_forget(cli, args):
-    return cli_text(cli, do_forget, id=args["id"])
+    return cli_text(cli, do_forget, id=args.get("id"), text=args.get("text"))
 
 
 @mcp_tool("rules", "User rules", "The user's standing rules, injected with every prompt: list them, add one "
@@ -9637,8 +9683,10 @@ def build_parser():
     p = cmd("rules", do_rules, "user rules: list, add TEXT, remove N")
     p.add_argument("action", nargs="?", default="list", choices=("list", "add", "remove"))
     p.add_argument("value", nargs="?")
-    p = cmd("forget", do_forget, "delete a thread and its bridges")
-    p.add_argument("id")
+    p = cmd("forget", do_forget, "delete a thread and its bridges, or with --text cut a string out of everything stored")
+    p.add_argument("id", nargs="?")
+    p.add_argument("--text", help="a string to cut out of every record, log and journaled capture "
+                                  "(a secret the redaction missed)")
     cmd("export", do_export, "all threads, bridges and rules as JSON on stdout", json_out=False)
     cmd("reindex", do_reindex, "recompute every vector with the current model (progress on stderr)")
     cmd("health", do_health, "memory health metrics with warnings")
@@ -10076,6 +10124,18 @@ def do_rules(cli, args):
 
 
 def do_forget(cli, args):
+    if (args.id is None) == (args.text is None):
+        raise UsageError(tr("forget_usage", cli.lang))
+    if args.text is not None:
+        if len(args.text.strip()) < FORGET_TEXT_MIN:
+            raise UsageError(tr("forget_text_short", cli.lang, n=FORGET_TEXT_MIN))
+        stop_daemon(cli.store)  # what it holds in memory would be written back
+        count = forget_text(cli.store, args.text)
+        mem = cli.mem()
+        with mem.store.lock():
+            mem.ensure_loaded()
+            mem.write_index()  # the digest hooks read without the daemon
+        return emit(args, {"forgotten_text": count}, tr("forgotten_text", cli.lang, n=count))
     try:
         thread = cli.mem().forget(args.id)
     except NotFound:

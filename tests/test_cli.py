@@ -1,6 +1,8 @@
 """The CLI as real processes: every command, --json, exit codes, docs, and a run without
 numpy or sentence-transformers."""
 import json
+import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -119,6 +121,39 @@ def test_a_forgotten_thread_leaves_no_trace_in_the_briefing_or_a_synthesis(proje
     brief = hook("start", start_payload(project=str(project)), project)
     assert brief.returncode == 0 and b"billing" not in brief.stdout and b"replica" in brief.stdout, brief.stdout
     assert "billing" not in json.dumps(store.heartbeat())
+
+
+def test_forget_text_cuts_a_secret_out_of_everything_stored(project):
+    """A secret the redaction missed (no pattern knows a passphrase of words) is cut out of
+    every file of the data dir: records, the digest, rules, syntheses, a capture still
+    journaled, the heartbeat, the log and a quarantined record; the memory around it stays."""
+    secret = "plumtree-garage-47-lantern"
+    assert hook("inject", prompt_payload(f"log in to staging with {secret} and rerun the deploy",
+                                         project=str(project)), project).returncode == 0
+    assert cli("capture", f"staging passphrase is {secret} until Friday", project=project).returncode == 0
+    assert cli("rules", "add", f"always use {secret} on staging", project=project).returncode == 0
+    store = ai.Store(ai.data_dir_of(str(project)))
+    store.write_synthesis({"text": f"State: deploy with {secret}"}, time.time())
+    store.inbox_append(ai.prepare_capture(f"retry with {secret}", "prompt"))
+    store.log.error("capture failed", detail=f"x {secret}")
+    bad = os.path.join(store.threads_dir, "t0000000000000bad.json")
+    with open(bad, "w") as f:
+        f.write(f'{{"title": "{secret}", ')  # corrupt: quarantined on the next load
+    store.quarantine(bad, "test")
+    data = pathlib.Path(store.dir)
+
+    def holding():
+        return sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file()
+                      and secret.encode() in p.read_bytes())
+    assert {"db/index.json", "heartbeat.json", "user_rules.json", "logs/ai_smartness.log"} <= set(holding())
+    assert cli("forget", "--text", "plum", project=project).returncode == 2  # too short
+    assert cli("forget", project=project).returncode == 2
+    proc = cli("forget", "--text", secret, "--json", project=project)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["forgotten_text"] >= 4
+    assert holding() == []
+    found = cli_json("search", "staging passphrase", project=project)
+    assert found and ai.FORGOTTEN_MARK in json.dumps(found)
 
 
 def test_capture_from_stdin_with_source_file_and_time(project):

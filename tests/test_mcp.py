@@ -103,6 +103,18 @@ def test_remember_then_recall_search_threads_forget(proj):
     stop_daemons(proj)
 
 
+def test_forget_cuts_a_text_out_of_the_memory(proj):
+    secret = "plumtree-garage-47-lantern"  # no secret pattern knows it
+    replies, rc, err = exchange(proj, init(), INITIALIZED, call(2, "remember", text=f"Staging passphrase {secret} for {TOKEN}"),
+                                call(3, "forget", text=secret), call(4, "forget"), call(5, "search", query=TOKEN))
+    assert rc == 0, err
+    got = by_id(replies)
+    assert not got[3]["result"]["isError"], got[3]
+    assert got[4]["result"]["isError"]  # a thread id or a text: one of them
+    assert TOKEN in text_of(got[5]) and secret not in text_of(got[5]) and mod.FORGOTTEN_MARK in text_of(got[5])
+    stop_daemons(proj)
+
+
 def test_remember_goes_through_the_capture_path_redacted(proj):
     secret = "sk-ant-api03-" + "x7Kq9" * 12
     replies, rc, _ = exchange(proj, init(), call(2, "remember", text=f"The deploy key is {secret} for {TOKEN} prod"),

@@ -276,6 +276,7 @@ def test_an_upgrade_redacts_again_what_an_older_version_stored(project):
     rec = next(store.iter_threads())
     rec["title"] += " " + CORPUS[0][1]
     rec["messages"][0]["text"] += "\n" + everything
+    rec["topic_counts"][CORPUS[2][1]] = 1.0  # a tally keyed by words
     store.save_thread(rec)
     store.save_rules([{"text": f"Never log {CORPUS[1][1]}", "created_at": ai.iso(time.time())}])
     ai.write_json_atomic(store.heartbeat_file, {"last_task": everything})
