@@ -2037,6 +2037,10 @@ _WORD_RE = LazyRe(r"[^\W_][\w'’-]*[^\W_]|[^\W_]", re.U)
 # install location, /tmp, a home).
 _PATH_RE = LazyRe(r"(?:[A-Za-z]:)?(?:~|\.{1,2})?(?:[/\\][\w.@+-]+){2,}|(?:[\w.@+-]+/){2,}[\w.@+-]+")
 _PART_RE = LazyRe(r"[^\W_]+", re.U)
+# The columns of an `ls -l` line before the name (mode, links, owner, group, size, date): the
+# owner would be a topic of every listing.
+_LS_LONG_RE = LazyRe(r"(?m)^[-dlbcps][rwxsStT-]{9}[@+.]?[ \t]+\d+[ \t]+\S+[ \t]+\S+[ \t]+[\d,.]+[KMGT]?[ \t]+"
+                     r"(?:[A-Za-z]{3}[ \t]+\d{1,2}|\d{1,2}[ \t]+[A-Za-z]{3}|\d{4}-\d\d-\d\d)[ \t]+(?:\d{1,2}:\d\d|\d{4})[ \t]+")
 # Word parts joined by _ or . (one scan finds words and identifiers alike, without the
 # backtracking of a pattern that needs a separator).
 _CHAIN_RE = LazyRe(r"[^\W_]+(?:[_.][^\W_]+)*", re.U)
@@ -2318,6 +2322,8 @@ class HeuristicExtractor:
     @staticmethod
     def topics(body, file_path=None, limit=6):
         counts, order = {}, []
+        if "rw" in body:
+            body = _LS_LONG_RE.sub("", body)
         body = _PATH_RE.sub(lambda m: " " + re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1] + " ", body)
         for raw in _WORD_RE.findall(body):
             word = raw.lower().strip("'’-")

@@ -173,6 +173,18 @@ def test_an_acronym_that_names_a_domain_is_a_topic_other_short_words_are_not():
     assert not {"cd", "ls", "is", "ok", "id"} & set(ai.EXTRACTOR.topics("cd src && ls -la; is it OK? the ID is 4"))
 
 
+def test_the_columns_of_a_long_listing_are_not_topics():
+    """`ls -l` names its owner and group on every line (macOS, GNU, long-iso dates): the files are
+    what the listing is about."""
+    listing = ("$ ls -la\ntotal 456\ndrwxr-xr-x@  19 jtumbidge  staff     608 17 Sep 12:37 .\n"
+               "-rw-r--r--@   1 jtumbidge  staff      79 17 Sep 09:04 vite.config.ts\n"
+               "-rw-r--r--   1 jtumbidge staff 2269 Sep 17  2024 server.js\n"
+               "drwxr-xr-x  2 jtumbidge staff 4.0K 2026-11-24 05:02 playwright-mcp")
+    topics = ai.EXTRACTOR.topics(listing)
+    assert not {"jtumbidge", "staff", "sep"} & set(topics) and {"server", "playwright-mcp"} <= set(topics)
+    assert "staff" in ai.EXTRACTOR.topics("the staff rota: rw access for jtumbidge")  # prose keeps its words
+
+
 def test_topics_dedupe_stems():
     topics = ai.EXTRACTOR.topics("migration migrations migration postgres")
     assert len([t for t in topics if t.startswith("migration")]) == 1
