@@ -6,7 +6,7 @@ import json
 import pytest
 
 import ai_smartness as ai
-from conftest import fixtures_dir
+from conftest import ROOT, fixtures_dir
 
 # ---- the module's docstring examples (detect_rules, stem, is_noise, ...) ----
 
@@ -229,6 +229,14 @@ def test_capture_write_and_edit():
     multi = ai.tool_capture(post("MultiEdit", {"file_path": "/p/a.py", "edits": [
         {"old_string": "one", "new_string": "uno"}, {"old_string": "two", "new_string": "dos"}]}, {}), DATA_DIR)
     assert "uno" in multi["text"] and "dos" in multi["text"]
+    # NotebookEdit: the installed matcher sends it (it did not, so a notebook's edits were lost).
+    cell = ai.tool_capture(post("NotebookEdit", {"notebook_path": "/home/u/proj/nb/sales.ipynb", "cell_id": "c3",
+                                                 "new_source": "df = pd.read_csv('sales.csv')", "edit_mode": "replace"},
+                                {}), DATA_DIR)
+    assert cell["text"].startswith("Edited nb/sales.ipynb:") and "read_csv" in cell["text"]
+    assert cell["files"] == ["nb/sales.ipynb"] and cell["op"] == "edit"
+    template = json.loads((ROOT / "settings.template.json").read_text())["hooks"]["PostToolUse"][0]["matcher"]
+    assert {"Read", "Write", "Edit", "MultiEdit", "NotebookEdit"} <= set(template.split("|"))
 
 
 def test_capture_bash():
