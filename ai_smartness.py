@@ -453,6 +453,10 @@ BRIEF_COMMON_TOPICS, BRIEF_COMMON_MIN = 0.2, 2
 # turn's, when a session starts right after one ended): it tells where the work stopped, the
 # same whether the daemon had finished or not.
 BRIEF_DRAIN_SECONDS = 1.5
+# Seconds a warm daemon spends applying what is journaled before it makes a prompt's context
+# (the last turn's tool results, another session's edit of a moment ago): well inside the
+# hook's wait for the daemon (hook_budget_ms).
+INJECT_DRAIN_SECONDS = 0.5
 # The latest work-streams searched for the prompt of the last task (where the work stopped).
 BRIEF_TASK_THREADS = 5
 
@@ -7661,6 +7665,27 @@ def erase_traces(store, thread):
         store.update_heartbeat(last_task="")
 
 
+def catch_up(store, mem, earlier):
+    """Apply the captures journaled before a prompt (`earlier`: their journal paths), for at most
+    INJECT_DRAIN_SECONDS, under the caller's memory lock: the prompt's context then holds the
+    work of a moment ago (the last turn's tool results, another session's edit), whether or not
+    the background drain had reached it; the prompt itself is left to that drain, off the
+    prompt's path. A failure is left to it too (retried or quarantined there). Returns how many
+    captures were applied."""
+    pending = [p for p in store.inbox_pending() if p in earlier][:DRAIN_BATCH] if earlier else []
+    if not pending:
+        return 0
+    deadline = time.monotonic() + INJECT_DRAIN_SECONDS
+    try:
+        done, _ = mem.drain_entries([(p, store.inbox_read(p)) for p in pending],
+                                    pause=lambda: time.monotonic() > deadline)
+    except Exception as exc:  # the memory may be half-updated: its next use reloads it
+        mem.loaded = False
+        store.log.error("drain before a prompt failed", error=repr(exc))
+        return 0
+    return len(done)
+
+
 def upgrade_vectors(mem):
     """Re-embed every thread, once, when the stdlib embedder is in use and an older version of
     it made some stored vectors (hash-v1 had no concept features): until then those threads
@@ -8150,6 +8175,7 @@ class Daemon:
             return {"ok": True, "stdout": answer(name, payload, self.store, None) or ""}
         if not self.ready:
             return {"error": DAEMON_WARMING}
+        earlier = set(self.store.inbox_pending()) if name == "inject" else ()  # see catch_up
         if name == "inject":  # the prompt is safe before the embedding and the memory lock
             if journal_prompt(self.store, clean_payload(trim_strings(payload))):
                 payload[JOURNALED_KEY] = True
@@ -8160,6 +8186,7 @@ class Daemon:
             query = payload.get("prompt") if name == "inject" else recall_query(payload, os.path.dirname(self.store.dir))
             self._embed_query(query, prompt=name == "inject")
             with self.lock:
+                self.processed += catch_up(self.store, self.mem, earlier)
                 out = answer(name, payload, self.store, self.mem)
         return {"ok": True, "stdout": out or ""}
 

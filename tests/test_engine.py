@@ -4,6 +4,7 @@ reactivates as the daemon does."""
 import ast
 import collections
 import json
+import os
 
 import pytest
 
@@ -64,6 +65,22 @@ def test_the_daemon_lists_the_inbox_once_a_pass_and_reads_each_entry_once(daemon
     assert passes and len(listings) <= len(passes) + 1
     assert len(reads) == n and len({path for (path,) in reads}) == n
     assert daemon.processed == n and daemon.store.inbox_pending() == []
+
+
+def test_a_prompt_is_answered_with_the_work_journaled_before_it(daemon):
+    """The last turn's edit, still journaled when the next prompt comes (the background drain
+    had not reached it), is in that prompt's context; the prompt itself stays for the drain."""
+    project = os.path.dirname(daemon.store.dir)
+    edit = ais.tool_capture({"tool_name": "Edit", "session_id": "s1", "cwd": project, "tool_input": {
+        "file_path": os.path.join(project, "src/billing/ledger.py"), "old_string": "total = 0",
+        "new_string": "total = Decimal(0)"}, "tool_response": {}}, daemon.store.dir)
+    daemon.store.inbox_append(ais.prepare_capture(edit["text"], "tool:Edit", session_id="s1", origin=edit["origin"],
+                                                  files=edit["files"], op=edit["op"]))
+    reply = daemon.cmd_hook("inject", {"prompt": "now round the totals to cents", "session_id": "s1"})
+    text = json.loads(reply["stdout"])["hookSpecificOutput"]["additionalContext"]
+    assert "src/billing/ledger.py" in text and "Decimal(0)" in text
+    pending = [daemon.store.inbox_read(p)["text"] for p in daemon.store.inbox_pending()]
+    assert pending == ["now round the totals to cents"] and daemon.processed == 1
 
 
 def test_a_prompt_is_embedded_once_for_its_retrieval_and_its_capture(daemon, embedded):
