@@ -7665,20 +7665,22 @@ def erase_traces(store, thread):
         store.update_heartbeat(last_task="")
 
 
-def catch_up(store, mem, earlier):
+def catch_up(store, mem, earlier, ready):
     """Apply the captures journaled before a prompt (`earlier`: their journal paths), for at most
     INJECT_DRAIN_SECONDS, under the caller's memory lock: the prompt's context then holds the
     work of a moment ago (the last turn's tool results, another session's edit), whether or not
     the background drain had reached it; the prompt itself is left to that drain, off the
-    prompt's path. A failure is left to it too (retried or quarantined there). Returns how many
-    captures were applied."""
+    prompt's path. `ready(text)`: a vector the embedding workers made already, or None. A
+    failure is left to that drain too (retried or quarantined there). Returns how many captures
+    were applied."""
     pending = [p for p in store.inbox_pending() if p in earlier][:DRAIN_BATCH] if earlier else []
     if not pending:
         return 0
     deadline = time.monotonic() + INJECT_DRAIN_SECONDS
     try:
-        done, _ = mem.drain_entries([(p, store.inbox_read(p)) for p in pending],
-                                    pause=lambda: time.monotonic() > deadline)
+        entries = [(p, store.inbox_read(p)) for p in pending]
+        vectors = {e["text"]: v for _, e in entries if e and (v := ready(e["text"])) is not None}
+        done, _ = mem.drain_entries(entries, vectors, pause=lambda: time.monotonic() > deadline)
     except Exception as exc:  # the memory may be half-updated: its next use reloads it
         mem.loaded = False
         store.log.error("drain before a prompt failed", error=repr(exc))
@@ -8186,7 +8188,7 @@ class Daemon:
             query = payload.get("prompt") if name == "inject" else recall_query(payload, os.path.dirname(self.store.dir))
             self._embed_query(query, prompt=name == "inject")
             with self.lock:
-                self.processed += catch_up(self.store, self.mem, earlier)
+                self.processed += catch_up(self.store, self.mem, earlier, self.ahead.vector)
                 out = answer(name, payload, self.store, self.mem)
         return {"ok": True, "stdout": out or ""}
 
