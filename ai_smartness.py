@@ -7603,7 +7603,11 @@ def forget_text(store, text):
     (rewrite_stored_text), the logs and quarantined records. Returns the files rewritten."""
     def clean(value):
         return value.replace(text, FORGOTTEN_MARK)
-    return rewrite_stored_text(store, clean) + rewrite_raw_files(store, clean)
+    escaped = json.dumps(text, ensure_ascii=False)[1:-1]  # as a JSON line of a log holds it
+
+    def clean_raw(value):
+        return clean(value).replace(escaped, FORGOTTEN_MARK)
+    return rewrite_stored_text(store, clean) + rewrite_raw_files(store, clean_raw)
 
 
 def rewrite_stored_text(store, clean):

@@ -154,6 +154,10 @@ def test_forget_text_cuts_a_secret_out_of_everything_stored(project):
     assert holding() == []
     found = cli_json("search", "staging passphrase", project=project)
     assert found and ai.FORGOTTEN_MARK in json.dumps(found)
+    quoted = 'lamp"post-77-harbor'  # a log line holds it JSON-escaped
+    store.log.error("odd", detail=quoted)
+    assert cli("forget", "--text", quoted, project=project).returncode == 0
+    assert b"lamp" not in (data / "logs" / "ai_smartness.log").read_bytes()
 
 
 def test_capture_from_stdin_with_source_file_and_time(project):
