@@ -3209,12 +3209,13 @@ def message_signals(entry, ts):
 
 def fix_change(msgs, session_mids, failed):
     """{"fixed_files": the files its session edited or wrote after the `failed` command (ids
-    sort in time), at most FIX_FILES}, {} for none: the change that fixed it, for a run that
-    now passes."""
+    sort in time), those its error names first (a traceback names the file at fault), at most
+    FIX_FILES}, {} for none: the change that fixed it, for a run that now passes."""
     import bisect
     files = [f for m in session_mids[bisect.bisect(session_mids, failed):]
              if msgs.get(m, {}).get("op") in ("edit", "write") for f in msgs[m].get("files", ())]
-    files = list(dict.fromkeys(files))[:FIX_FILES]
+    error = msgs[failed].get("text", "")
+    files = sorted(dict.fromkeys(files), key=lambda f: f.rsplit("/", 1)[-1] not in error)[:FIX_FILES]
     return {"fixed_files": files} if files else {}
 
 

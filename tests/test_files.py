@@ -295,6 +295,18 @@ def test_a_failed_command_is_captured_and_linked_to_the_run_that_passes_after_th
     assert ais.thread_outcomes(thread)[0]["files"] == ["src/parser.py"]
 
 
+def test_the_change_that_fixed_a_failure_names_the_files_its_error_names_first():
+    """Between the failure and the pass the session edited five files: the one the traceback
+    names leads, then the others in order, three at most."""
+    msgs = {"m1": {"text": '$ pytest [failed]\nFile "src/lexer.py", line 12, in split'},
+            "m2": {"op": "edit", "files": ["README.md"]}, "m3": {"op": "read", "files": ["src/app.py"]},
+            "m4": {"op": "edit", "files": ["docs/notes.md", "src/lexer.py"]},
+            "m5": {"op": "write", "files": ["src/tokens.py"]}, "m6": {"op": "edit", "files": ["setup.cfg"]}}
+    assert ais.fix_change(msgs, ["m0", "m1", "m2", "m3", "m4", "m5", "m6"], "m1") == {
+        "fixed_files": ["src/lexer.py", "README.md", "docs/notes.md"]}
+    assert ais.fix_change(msgs, ["m1", "m3"], "m1") == {}  # a read changes nothing
+
+
 def test_a_failure_in_another_session_or_of_another_command_is_not_fixed_by_it(project):
     mem = ais.open_memory(str(project))
     for session, command, failed in (("s1", "npm test", True), ("s2", "npm test", False),
