@@ -235,6 +235,10 @@ MERGE_LINKS = 20
 # (a turn's messages in one thread: 0.67 -> 0.58 and 0.54 -> 0.37 on two projects), and chat
 # words name software domains by accident ("stress", "style").
 CONCEPT_WEIGHT, CONCEPT_NEUTRAL = 0.45, 0.5
+# How much a concept counts as its kin (CONCEPT_KIN, section 4) in that cosine: at 0.5 the
+# 20-note stream's lock_timeout note joins its migration thread (stdlib embedder: 5 -> 4 threads)
+# with no stream's purity falling, held-out streams unchanged; at 0.7 purity falls.
+CONCEPT_KIN_WEIGHT = 0.5
 # Weight of a concept feature in the stdlib embedder's vectors (a word counts 1): 0.3 lowers its
 # thread counts with no stream's purity falling; from 0.5, two tasks of one domain share threads.
 HASH_CONCEPT_WEIGHT = 0.3
@@ -2036,6 +2040,12 @@ CONCEPTS = {
         geocoding distance nearest
         carte carte mapa ubicación""",
 }
+# Domains one task commonly spans (a schema migration is database work, a screen's look is UI
+# work, a login is security work): concept_terms counts each as part of the other.
+# ci~testing was measured too and left out: CI jobs and test suites share words with every
+# other task ("run", "job"), and held-out streams lost purity.
+CONCEPT_KIN = {"database": "migration", "migration": "database", "ui": "style", "style": "ui",
+               "auth": "security", "security": "auth"}
 _WORD_RE = LazyRe(r"[^\W_][\w'’-]*[^\W_]|[^\W_]", re.U)
 # A path with a directory part: only its last part names something (the folders are the
 # install location, /tmp, a home).
@@ -3154,13 +3164,14 @@ def similarity(cos, topics_a, topics_b):
 
 def concept_terms(content_topics, threads):
     """[(score, concepts shared, strongest first)] of a content against each thread: CONCEPT_WEIGHT
-    times how far the cosine of their concepts (the thread's topic tally weighted) lies above
-    CONCEPT_NEUTRAL, so a thread of another domain loses what one of the content's domain gains;
-    0 when either side names no concept."""
+    times how far the cosine of their concepts (the thread's topic tally weighted; a concept
+    meets its CONCEPT_KIN at CONCEPT_KIN_WEIGHT) lies above CONCEPT_NEUTRAL, so a thread of
+    another domain loses what one of the content's domain gains; 0 when either side names no
+    concept."""
     a = concepts_of(content_topics or ())
     if not a:
         return [(0.0, [])] * len(threads)
-    norm_a = sum(v * v for v in a.values()) ** 0.5
+    norm_a = _concept_dot(a, a) ** 0.5
     out = []
     for thread in threads:
         b = concepts_of(thread.get("topic_counts") or thread.get("topics") or ())
@@ -3168,9 +3179,15 @@ def concept_terms(content_topics, threads):
             out.append((0.0, []))
             continue
         shared = sorted(a.keys() & b.keys(), key=lambda n: -a[n] * b[n])
-        cos = sum(a[n] * b[n] for n in shared) / (norm_a * sum(v * v for v in b.values()) ** 0.5)
+        cos = _concept_dot(a, b) / (norm_a * _concept_dot(b, b) ** 0.5)
         out.append((CONCEPT_WEIGHT * (cos - CONCEPT_NEUTRAL), shared))
     return out
+
+
+def _concept_dot(a, b):
+    """Dot product of two {concept: weight}, kin concepts (CONCEPT_KIN) counted in part."""
+    return sum(w * (b.get(n, 0.0) + CONCEPT_KIN_WEIGHT * b.get(CONCEPT_KIN.get(n), 0.0))
+               for n, w in a.items())
 
 
 def note_thread_files(thread, msg):
