@@ -1926,6 +1926,11 @@ class_name props prop state useeffect usestate onclick onchange key ref children
 px rem em vh vw rgb rgba hex auto flex none inherit important margin padding width height
 color font size display position absolute relative border tsx jsx yml yaml toml txt
 """.split())
+# Code words that, said in a prompt or a note, name a domain of the work (CONCEPTS): "every log
+# line should carry the request id", "the login form". Not "case", "key", "pass": said, they are
+# everyday words ("in that case", "the tests pass").
+SAID_DOMAIN_WORDS = frozenset("""log button form input label style map import export interface
+color font margin padding border flex async await lambda""".split())
 # Concepts of software work: broad domains, each a set of words (English, French, Spanish) that
 # name it, from general knowledge of the field (not from any test data). Two notes of one
 # task often share no word ("disable the submit button", "remember-me checkbox") but do share
@@ -2317,7 +2322,7 @@ class HeuristicExtractor:
     def extract(self, text, origin="prompt", file_path=None):
         body = _PREFIX_RE.sub("", text or "").strip()
         return {"title": self.title(body, origin, file_path),
-                "topics": self.topics(body, file_path),
+                "topics": self.topics(body, file_path, said=origin == "prompt"),
                 "summary": shorten(body, 200)}
 
     @staticmethod
@@ -2334,15 +2339,19 @@ class HeuristicExtractor:
         return shorten(first or origin, 70)
 
     @staticmethod
-    def topics(body, file_path=None, limit=6):
+    def topics(body, file_path=None, limit=6, said=False):
+        """`said`: the body is what someone said (a prompt, a note, a conclusion), where the code
+        words of SAID_DOMAIN_WORDS name the domain of the work they mean."""
         counts, order = {}, []
+        code_words = CODE_WORDS - SAID_DOMAIN_WORDS if said else CODE_WORDS
         if "rw" in body:
             body = _LS_LONG_RE.sub("", body)
         body = _PATH_RE.sub(lambda m: " " + re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1] + " ", body)
         for raw in _WORD_RE.findall(body):
             word = raw.lower().strip("'’-")
             # A word under three letters is noise, but for an acronym that names a domain (CI, UI, DB).
-            if ((len(word) < 3 and not (raw.isupper() and word in _concept_index())) or word in STOPWORDS or word in GENERIC_WORDS or word in CODE_WORDS
+            if ((len(word) < 3 and not (raw.isupper() and word in _concept_index())) or word in STOPWORDS or word in GENERIC_WORDS
+                    or word in code_words
                     or word in ACKNOWLEDGEMENTS or word[0].isdigit() or word.startswith("--")
                     or sum(c.isdigit() for c in word) * 2 >= len(word)):
                 continue  # numbers, sizes (1rem), dates, versions and flags name no concept
@@ -6571,7 +6580,7 @@ class Memory(MemoryWriter):
             return [], {}
         cand = scoring.best(BASE_POOL)
         # Thread-level signals for the candidate threads only.
-        qtopics = EXTRACTOR.topics(query)
+        qtopics = EXTRACTOR.topics(query, said=True)
         thread_sim = {}
         tids = self.thread_rows.keys
         for row, _ in cand:
@@ -6706,7 +6715,7 @@ class Memory(MemoryWriter):
         shown = [self.threads[tid] for tid in order[:limit]]
         threshold = self.cfg["thresholds"]["recall_reactivate"]
         asleep = [t for t in shown if t["status"] != "active"]
-        qterms, qtopics = (set(terms(query)), EXTRACTOR.topics(query)) if asleep else (None, None)
+        qterms, qtopics = (set(terms(query)), EXTRACTOR.topics(query, said=True)) if asleep else (None, None)
         reactivated = [t["id"] for t in asleep if recall_match(qterms, qtopics, t) >= threshold]
         messages = {}
         for h in hits:
