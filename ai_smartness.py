@@ -4997,7 +4997,9 @@ class FileTable:
         for p in named:
             for other, n in self.files[p]["with"].items():
                 together[other] = max(together[other], min(1.0, n / FILE_TOGETHER_FULL))
-        qterms = set(terms(prompt))
+        # "continue", "yes go ahead": no word to match, only the work's recency and weight (BM25
+        # normalized by its best score would crown the files of earlier turns that said "continue").
+        qterms = set() if is_noise(prompt) else set(terms(prompt))
         stems = {t for t in qterms if len(t) > 3}
         n = len(touched)
         avg = sum(st["size"] for _, st in touched) / n or 1.0

@@ -365,6 +365,21 @@ def test_a_prompt_saying_most_words_of_a_files_camelcase_name_ranks_it_first(pro
     assert ranked[0] == "src/EventSchedulerDashboard.tsx", ranked  # 2 of its 3 words, not EventList's 1 of 2
 
 
+def test_a_prompt_of_acknowledgements_ranks_the_files_by_the_work_not_by_its_words(project):
+    """ "continue" matches the turns that said "continue"; the file in play is the one worked on."""
+    mem = ais.open_memory(str(project))
+    mem.store.inbox_append(ais.prepare_capture("continue with the parser cleanup", "prompt", session_id="s1"))
+    mem.store.inbox_append(ais.prepare_capture("Edited src/parser.py:\n- a\n+ b", "tool:Edit", session_id="s1",
+                                               files=["src/parser.py"], op="edit"))
+    mem.store.inbox_append(ais.prepare_capture("make the server answer 404 on unknown routes", "prompt", session_id="s1"))
+    for k in range(3):
+        mem.store.inbox_append(ais.prepare_capture(f"Edited src/server.go:\n- a{k}\n+ b{k}", "tool:Edit",
+                                                   session_id="s1", files=["src/server.go"], op="edit"))
+    mem.flush()
+    assert [p for p, _ in mem.file_table().rank("continue", 1)] == ["src/server.go"]
+    assert [p for p, _ in mem.file_table().rank("continue the parser cleanup", 1)] == ["src/parser.py"]
+
+
 def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_work():
     now = 1_800_000_000
     at = ais.iso(now - 3600)
