@@ -5949,12 +5949,42 @@ class ThreadPlacement:
             return None
         return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[members[-1]]]])
 
+    def overflow(self, decision):
+        """A full thread (MAX_THREAD_MESSAGES) goes on in one child, its continuation: nothing
+        is ever dropped to make room. The decision goes there, or forks it (placed_thread)."""
+        thread = self.threads.get(decision["thread_id"])
+        for _ in range(len(self.threads)):  # a chain of continuations, each full in turn
+            if thread is None or len(thread["messages"]) < MAX_THREAD_MESSAGES:
+                break
+            nxt = self.threads.get(self.thread_id_of(thread.get("continued_in") or ""))
+            if nxt is None:
+                decision.update(action="FORK", parent_id=thread["id"], thread_id=None, reason="thread full")
+                return
+            thread = nxt
+        if thread is not None and thread["id"] != decision["thread_id"]:
+            decision.update(action="CONTINUE", thread_id=thread["id"], reason="thread full")
+
+    def placed_thread(self, decision, ext, origin, now, touched_t):
+        """The new thread of a NEW_THREAD or FORK decision. A full thread's continuation keeps
+        its title: the same work, which the capture that overflowed it rarely says."""
+        parent = self.threads.get(decision.get("parent_id"))
+        thread = self._new_thread(ext, "split" if parent else origin, now, parent)
+        decision["thread_id"] = thread["id"]
+        if parent:
+            parent.setdefault("child_ids", []).append(thread["id"])
+            touched_t.add(parent["id"])
+            if decision.get("reason") == "thread full":
+                parent["continued_in"] = thread["id"]
+                thread.update(title=parent["title"], title_from=parent.get("title_from"))
+        return thread
+
     def turn_thread(self, entry, topics, current=None):
         """The thread a capture follows, if any: for a tool result or a conclusion, the thread
         its turn's prompt went to (the message of the same `turn` id, else the session's latest
-        prompt: entries drain in journal order); for a prompt of at most SHORT_PROMPT_TOPICS
-        topics ("continue", "fix the failing test"), the session's current thread. Sessionless
-        captures (notes) follow nothing."""
+        prompt: entries drain in journal order; without one, as in a session resumed with
+        "continue", an acknowledgement that is not stored, the session's latest message's);
+        for a prompt of at most SHORT_PROMPT_TOPICS topics ("continue", "fix the failing
+        test"), the session's current thread. Sessionless captures (notes) follow nothing."""
         members = self.sessions.get(entry.get("session")) if entry.get("session") else None
         if not members:
             return None
@@ -5972,7 +6002,7 @@ class ThreadPlacement:
                 if not turn:
                     break
         if found is None:
-            return None
+            found = members[-1]
         return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[found]]])
 
     def foreign(self, msgs):
@@ -6356,12 +6386,8 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
         sims = self.decision_sims(entry, ext["topics"], candidates)
         decision = decide(ext["topics"], candidates, cfg, sims, follow, current)
         self.note_concepts(decision, entry, ext["topics"])
+        self.overflow(decision)
         action = decision["action"]
-        full = self.threads.get(decision["thread_id"])
-        if full is not None and len(full["messages"]) >= MAX_THREAD_MESSAGES:
-            # A full thread goes on in a child: nothing is ever dropped to make room.
-            action = decision["action"] = "FORK"
-            decision.update(parent_id=full["id"], thread_id=None, reason="thread full")
         if action in ("CONTINUE", "REACTIVATE"):
             thread = self.threads[decision["thread_id"]]
             if thread["status"] != "active":
@@ -6370,13 +6396,8 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
                 active.clear()
                 active.update(active_ids(self.threads))
         else:
-            parent = self.threads.get(decision.get("parent_id"))
-            thread = self._new_thread(ext, "split" if parent else entry["origin"], now, parent)
+            thread = self.placed_thread(decision, ext, entry["origin"], now, touched_t)
             active[thread["id"]] = None  # the newest thread is last in thread order too
-            decision["thread_id"] = thread["id"]
-            if parent:
-                parent.setdefault("child_ids", []).append(thread["id"])
-                touched_t.add(parent["id"])
         msg = {"id": mid, "ts": iso(now), "source": entry["source"], "text": entry["text"]}
         for key in ("file", "session", "agent", "turn", "key"):
             if entry.get(key):

@@ -177,7 +177,14 @@ def test_full_thread_continues_in_a_child_instead_of_dropping(project, monkeypat
         mem.capture(f"kafka consumer lag investigation step {i}")
     assert len(mem.msgs) == 12
     assert all(len(t["messages"]) <= 5 for t in mem.threads.values())
-    assert any(t.get("parent_id") for t in mem.threads.values())
+    # One chain of continuations (5 + 5 + 2), not a new child for each capture that matched the
+    # full thread, each with the title of the work, not of the capture that overflowed it.
+    assert sorted(len(t["messages"]) for t in mem.threads.values()) == [2, 5, 5]
+    first = next(t for t in mem.threads.values() if not t.get("parent_id"))
+    second = mem.threads[first["continued_in"]]
+    third = mem.threads[second["continued_in"]]
+    assert third["parent_id"] == second["id"] and second["parent_id"] == first["id"]
+    assert first["title"] == second["title"] == third["title"] == "kafka consumer lag investigation step 0"
 
 
 def test_daemon_reload_sees_changes_made_by_another_process(project):

@@ -166,6 +166,19 @@ def test_a_turns_tool_results_and_conclusion_join_its_prompts_thread(project):
     assert other[0] != got[0] and other[1] == other[0]
 
 
+def test_tool_results_of_a_session_whose_prompts_were_acknowledgements_follow_its_work(project):
+    """A session resumed with "continue" (an acknowledgement: not stored) has no prompt to follow:
+    its tool results follow the session's latest work, not a thread each."""
+    mem = ais.open_memory(str(project), embedder="fake")
+    assert ais.prepare_capture("continue", "prompt", session_id="s1") is None
+    got = []
+    for k, text in enumerate(["$ go build ./...\nok", "$ ls -la internal\ntotal 0", "$ git status\nOn branch main"]):
+        cid = mem.store.inbox_append(ais.prepare_capture(text, "tool:Bash", at=START + k, session_id="s1",
+                                                         origin="command"))
+        got.append(mem.drain()[cid]["thread_id"])
+    assert len(set(got)) == 1
+
+
 def test_a_turn_id_finds_its_prompt_even_after_another_sessions_prompt(project):
     mem = ais.open_memory(str(project), embedder="fake")
     first = turn(mem, "s1", "Rotate the JWT signing keys for the auth service", turn_id="p1")[0]
