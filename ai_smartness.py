@@ -745,7 +745,7 @@ def new_id(prefix, ts=None):
 
 def valid_id(value):
     """Ids are used as file names: never let one carry a path."""
-    return bool(re.fullmatch(r"[A-Za-z0-9_-]{1,80}", value or ""))
+    return isinstance(value, str) and bool(re.fullmatch(r"[A-Za-z0-9_-]{1,80}", value))
 
 
 def clamp(value, low=0.0, high=1.0):
@@ -1217,8 +1217,9 @@ def check_thread(rec):
     for key in ("weight", "weight_at"):
         if rec.get(key) is not None and not _is_number(rec[key]):
             raise CorruptRecord(f"thread {rec['id']}: bad {key}")
-    if rec.get("parent_id") is not None and not valid_id(rec["parent_id"]):
-        raise CorruptRecord(f"thread {rec['id']}: bad parent_id")
+    for key in ("parent_id", "continued_in"):  # continued_in: ThreadPlacement.overflow
+        if rec.get(key) is not None and not valid_id(rec[key]):
+            raise CorruptRecord(f"thread {rec['id']}: bad {key}")
     merged = rec.get("merged", [])  # the threads merged into this one (see merge_records)
     if not (isinstance(merged, list) and all(isinstance(m, dict) and valid_id(m.get("id")) for m in merged)):
         raise CorruptRecord(f"thread {rec['id']}: bad merged")
@@ -6551,6 +6552,9 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
                     touched.add(other["id"])
                 if other.get("parent_id") == tid:
                     other["parent_id"] = None
+                    touched.add(other["id"])
+                if other.get("continued_in") == tid:
+                    del other["continued_in"]
                     touched.add(other["id"])
             gone = [b["id"] for b in self.bridges_of(tid)]
             for bid in gone:

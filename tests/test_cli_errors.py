@@ -194,6 +194,8 @@ BAD_THREADS = {
     "topics-not-a-list": dict(good_thread("t_bad"), topics="invoices"),
     "topics-not-text": dict(good_thread("t_bad"), topics=["invoices", 7]),
     "title-not-text": dict(good_thread("t_bad"), title=["x"]),
+    "parent-id-a-list": dict(good_thread("t_bad"), parent_id=["t_good"]),
+    "continued-in-a-path": dict(good_thread("t_bad"), continued_in="../t_good"),
     "nested-too-deep": "[" * 100000,
     "the-review-repro": {"schema": 1, "id": "t_bad", "status": "active", "messages": [{"no": 1}], "title": "x"},
 }

@@ -185,6 +185,10 @@ def test_full_thread_continues_in_a_child_instead_of_dropping(project, monkeypat
     third = mem.threads[second["continued_in"]]
     assert third["parent_id"] == second["id"] and second["parent_id"] == first["id"]
     assert first["title"] == second["title"] == third["title"] == "kafka consumer lag investigation step 0"
+    mem.forget(third["id"])  # a forgotten continuation: the next overflow makes another
+    again = ais.open_memory(str(project))
+    again.ensure_loaded()
+    assert "continued_in" not in again.threads[second["id"]]
 
 
 def test_daemon_reload_sees_changes_made_by_another_process(project):
