@@ -6659,7 +6659,7 @@ class Memory(MemoryWriter):
         evidence = self._file_quotes(files[:EVIDENCE_FILES], skip)
         shown = {h["message_id"] for h in evidence}
         hits = [h for h in hits if h["message_id"] not in shown]
-        current = self.current_thread(session, skip)
+        current = self.current_thread(session, skip, resumed=is_noise(prompt))
         text, items = render_context(
             evidence + hits, self.threads, self.msgs, lambda tids, skip: self.related_threads(tids, skip, now),
             self.store.rules(), budget, terms(prompt), now, self.lang, self.cfg.get("guardcode") and reminders,
@@ -6693,14 +6693,19 @@ class Memory(MemoryWriter):
                 "title": self.threads[tid]["title"], "status": self.threads[tid]["status"], "verbatim": True,
                 "excerpt": True}
 
-    def current_thread(self, session=None, skip=()):
+    def current_thread(self, session=None, skip=(), resumed=False):
         """(The thread of the work in progress, its newest conclusion or None), or None: the
         thread of the session's latest work on files (within its CURRENT_LOOKBACK latest
-        messages), else the thread worked on last if it touched files. A conversation without
+        messages), else the thread worked on last if it touched files. `resumed`: the prompt
+        only says to go on ("continue"), so the work is the task the session asked last (within
+        TURN_LOOKBACK messages, as a turn finds its prompt), where its conclusions go, though a
+        result of it joined another thread. A conversation without
         files has no work to resume: retrieval serves it."""
         keys, of, rows = self.thread_rows.keys, self.rows.of, self.row_thread
         recent = [m for m in self.sessions.get(session, ())[-CURRENT_LOOKBACK:] if m not in skip] if session else []
-        tids = [keys[rows[of[m]]] for m in reversed(recent)] or ([self.hot_id()] if self.threads else [])
+        asked = [m for m in reversed(self.sessions.get(session, ())[-TURN_LOOKBACK:])
+                 if m not in skip and self.msgs[m].get("source") == "prompt"][:1] if resumed and session else []
+        tids = [keys[rows[of[m]]] for m in asked + recent[::-1]] or ([self.hot_id()] if self.threads else [])
         thread = next((self.threads[t] for t in tids if self.threads[t].get("files")), None)
         if thread is None:
             return None

@@ -226,6 +226,26 @@ def test_the_current_work_is_the_sessions_latest_thread_when_it_touched_files(pr
     assert mem.current_thread("s9") is None  # a conversation: no work on files to resume
 
 
+def test_after_continue_the_current_work_is_the_task_the_session_asked_last(project):
+    """A late result of an earlier turn (a background job) joins that turn's thread: that is
+    the latest work. "continue" goes on with the task the session asked last."""
+    mem = ais.open_memory(str(project))
+    for text, source, turn, files in (
+            ("write the users table migration", "prompt", "t0", None),
+            ("Wrote db/migrations/001_users.sql:\nCREATE TABLE users", "tool:Write", "t0", ["db/migrations/001_users.sql"]),
+            ("refactor the tokenizer to split camelCase words", "prompt", "t1", None),
+            ("Edited src/tok.py:\n- a\n+ b", "tool:Edit", "t1", ["src/tok.py"]),
+            ("$ psql -f db/migrations/001_users.sql\nCREATE TABLE", "tool:Bash", "t0", ["db/migrations/001_users.sql"])):
+        entry = ais.prepare_capture(text, source, session_id="s1", files=files, op="edit" if files else None)
+        entry["turn"] = turn
+        mem.store.inbox_append(entry)
+        mem.flush()
+    latest, _ = mem.current_thread("s1")
+    assert "db/migrations/001_users.sql" in latest["files"] and "src/tok.py" not in latest["files"]
+    line = next(x for x in mem.context("continue", session="s1")["text"].splitlines() if x.startswith("Current work"))
+    assert "refactor the tokenizer" in line, line
+
+
 def test_the_current_work_shows_the_threads_latest_conclusion(project):
     mem = ais.open_memory(str(project))
     for text, source, files in (("refactor the tokenizer", "prompt", None),
