@@ -1749,6 +1749,11 @@ gracias muchas sí si vale perfecto bueno claro genial listo adelante sigue corr
 _MARKUP_RE = LazyRe(
     r"<(system-reminder|ide_[a-z_]+|command-[a-z-]+|local-command-[a-z-]+|user-prompt-submit-hook)"
     r"\b[^>]*>.*?</\1>|<(?:ide_[a-z_]+|command-[a-z-]+)[^>]*/>|\x1b\[[0-9;?]*[ -/]*[@-~]", re.S)
+# Claude Code tells the agent that a background command ended in a user message of this markup:
+# what it says is its summary, not the tags, ids and paths around it.
+# Neither part runs past the next notification: hostile text costs time in proportion to its length.
+_TASK_NOTE_RE = LazyRe(r"<task-notification>(?:[^<]|<(?!summary>|task-notification>))*<summary>([^<]*)</summary>"
+                       r"(?:[^<]|<(?!/?task-notification>))*</task-notification>")
 _CONTROL_RE = LazyRe(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")  # surrogates: not UTF-8
 _PREFIX_RE = LazyRe(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:\s*", re.I)
 # Secrets: each pattern keeps a harmless prefix (group 1, when it has one) and replaces the
@@ -2067,7 +2072,9 @@ _CHAIN_RE = LazyRe(r"[^\W_]+(?:[_.][^\W_]+)*", re.U)
 
 
 def strip_markup(text):
-    """Remove IDE/system tags, ANSI escapes and control characters; collapse blank runs."""
+    """Remove IDE/system tags, ANSI escapes and control characters; collapse blank runs. A
+    background task's notification is its summary."""
+    text = _TASK_NOTE_RE.sub(r"\1", text) if "<task-notification>" in text else text
     text = _MARKUP_RE.sub(" ", text)
     text = _CONTROL_RE.sub("", text)
     return re.sub(r"[ \t]+\n", "\n", re.sub(r"\n{3,}", "\n\n", text)).strip()

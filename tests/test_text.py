@@ -60,6 +60,20 @@ def test_ide_and_system_tags_are_removed():
     assert ai.strip_markup("<command-name>/clear</command-name>\n<local-command-stdout>x</local-command-stdout>") == ""
 
 
+def test_a_background_tasks_notification_is_stored_as_its_summary():
+    """Claude Code's message when a background command ends: its summary says what happened,
+    not the tags, the task id and the output path (a thread titled "<task-notification>")."""
+    raw = ("<task-notification>\n<task-id>b2181d1</task-id>\n<output-file>/tmp/claude/tasks/b2181d1.output"
+           "</output-file>\n<status>failed</status>\n<summary>Background command \"Start SDK backend server\" "
+           "failed with exit code 137</summary>\n</task-notification>\nRead the output file to retrieve the result")
+    entry = ai.prepare_capture(raw)
+    assert entry["text"].startswith('Background command "Start SDK backend server" failed with exit code 137\n')
+    assert "b2181d1" not in entry["text"]
+    assert ai.EXTRACTOR.extract(entry["text"])["title"].startswith("Background command")
+    half = "<task-notification><status>x</status>"  # no summary, or never closed: left as it is
+    assert ai.strip_markup(half + " <task-notification><summary>y</summary>") == half + " <task-notification><summary>y</summary>"
+
+
 def test_bare_json_metadata_is_noise_but_json_with_prose_is_not():
     assert ai.is_noise('{"type": "ok", "id": 3, "done": true}')
     assert ai.is_noise('[1, 2, {"a": "b"}]')
