@@ -2061,6 +2061,15 @@ _WORD_RE = LazyRe(r"[^\W_][\w'’-]*[^\W_]|[^\W_]", re.U)
 # A path with a directory part: only its last part names something (the folders are the
 # install location, /tmp, a home).
 _PATH_RE = LazyRe(r"(?:[A-Za-z]:)?(?:~|\.{1,2})?(?:[/\\][\w.@+-]+){2,}|(?:[\w.@+-]+/){2,}[\w.@+-]+")
+# The runs of its characters it is tried on (the same matches): on one long run (a pasted
+# blob, a minified line) it would backtrack in quadratic time; a longer run is no path.
+_PATH_RUN_CHARS_RE = LazyRe(r"[\w.@+~:/\\-]+")
+
+
+def sub_paths(replace, text):
+    """_PATH_RE.sub(replace, text), in linear time."""
+    return _PATH_RUN_CHARS_RE.sub(
+        lambda m: _PATH_RE.sub(replace, m.group(0)) if len(m.group(0)) <= 2 * FILE_PATH_CHARS else m.group(0), text)
 _PART_RE = LazyRe(r"[^\W_]+", re.U)
 # The columns of an `ls -l` line before the name (mode, links, owner, group, size, date): the
 # owner would be a topic of every listing.
@@ -2343,7 +2352,7 @@ class HeuristicExtractor:
             first = (verb + " " if verb else "") + os.path.basename(file_path.rstrip("/\\"))
         elif origin == "command" and first.startswith("$ "):
             desc = re.search(r" \(([^()]{3,200})\)$", first)
-            first = desc.group(1) if desc else _PATH_RE.sub(lambda m: re.split(r"[/\\]", m.group(0))[-1], first)
+            first = desc.group(1) if desc else sub_paths(lambda m: re.split(r"[/\\]", m.group(0))[-1], first)
         return shorten(first or origin, 70)
 
     @staticmethod
@@ -2354,7 +2363,7 @@ class HeuristicExtractor:
         code_words = CODE_WORDS - SAID_DOMAIN_WORDS if said else CODE_WORDS
         if "rw" in body:
             body = _LS_LONG_RE.sub("", body)
-        body = _PATH_RE.sub(lambda m: " " + re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1] + " ", body)
+        body = sub_paths(lambda m: " " + re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1] + " ", body)
         for raw in _WORD_RE.findall(body):
             word = raw.lower().strip("'’-")
             # A word under three letters is noise, but for an acronym that names a domain (CI, UI, DB).
@@ -2489,26 +2498,50 @@ def tool_capture(payload, data_dir=None):
     return cap
 
 
-# A shell word that may be a path (quotes, operators and redirections split words).
+# A shell word that may be a path (quotes, operators and redirections split words); the
+# operators between the steps of a command line (a `cd` holds for the steps after it).
 _SHELL_WORD_RE = LazyRe(r"""[^\s'"`;|&<>(){}\[\]=,]+""")
+_SHELL_STEP_RE = LazyRe(r"&&|\|\||[;\n|]")
+_SHELL_CD_RE = LazyRe(r"""\s*\(?\s*(?:cd|pushd)(?:\s+("[^"]*"|'[^']*'|\S+))?\s*$""")
 _FILE_NAME_RE = LazyRe(r"[\w.@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}")
 
 
 def _command_paths(command):
     """The words of a shell command that may name files: a name with an extension, alone or at
     the end of a path (`pytest tests/test_api.py`, `cat src/app.ts`); not options, URLs or
-    folders, nor the body of a here-document (code, whose `console.log` is no file). The
-    memory keeps a bare name only when it knows that file (MemoryWriter._apply)."""
+    folders, nor the body of a here-document (code, whose `console.log` is no file). A path
+    after `cd frontend &&` is under frontend/; after a `cd` to a folder that cannot be told
+    (`cd $DIR`, `cd ~`) only absolute paths and bare names are kept. The memory keeps a bare
+    name only when it knows that file (MemoryWriter._apply)."""
     out = []
     head = command[:4000]
     heredoc = head.find("<<")
     if heredoc >= 0 and "\n" in head[heredoc:]:
         head = head[:head.index("\n", heredoc)]
-    for word in _SHELL_WORD_RE.findall(head):
-        word = word.strip(":")
-        if word.startswith("-") or "://" in word or not _FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]):
+    where = ""  # the folder the steps so far moved to, relative to the cwd unless absolute; None: unknown
+    outside = None  # the folder before a `(cd …` subshell, in force again after its `)`
+    for step in _SHELL_STEP_RE.split(head):
+        cd = _SHELL_CD_RE.match(step)
+        if cd and step.lstrip().startswith("(") and outside is None:
+            outside = where
+        if cd:
+            target = (cd.group(1) or "~").strip("'\"") or "~"
+            if where is None or target[0] in "~-" or "$" in target:
+                where = None
+            else:
+                where = os.path.normpath(os.path.join(where, target))
+                where = "" if where == "." else where
             continue
-        out.append(word)
+        for word in _SHELL_WORD_RE.findall(step):
+            word = word.strip(":")
+            if len(word) > FILE_PATH_CHARS or word.startswith("-") or "://" in word \
+                    or not _FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]):
+                continue
+            if where is None and "/" in word and not word.startswith("/"):
+                continue  # relative to a folder we cannot tell
+            out.append(os.path.join(where, word) if where else word)
+        if ")" in step and outside is not None:
+            where, outside = outside, None
     return out
 
 
@@ -4887,6 +4920,15 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
 
 # A word of a prompt or an answer that may name a file: a name with an extension, maybe a path.
 _FILE_MENTION_RE = LazyRe(r"[\w./@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}\b")
+# The runs of path characters it is tried on: on one long run (a pasted minified line) it
+# would backtrack in quadratic time, and no path is longer than FILE_PATH_CHARS.
+_PATH_RUN_RE = LazyRe(r"[\w./@+-]+")
+
+
+def file_mentions(text):
+    """The words of a text that may name files (`src/app.ts`, `README.md`), `./` and `/` trimmed."""
+    return [w.strip("./") for run in _PATH_RUN_RE.findall(text or "") if len(run) <= FILE_PATH_CHARS
+            for w in _FILE_MENTION_RE.findall(run)]
 # Where a camelCase name splits into words (EventScheduler: Event Scheduler).
 _CAMEL_RE = LazyRe(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -4973,7 +5015,7 @@ class FileTable:
 
     def mentioned(self, text):
         """The known files a text names, by path or by a basename no other known file has."""
-        return self.resolve((w.strip("./") for w in _FILE_MENTION_RE.findall(text or "")), False)
+        return self.resolve(file_mentions(text), False)
 
     def known(self, paths):
         """The paths of a command: those with a folder as they are, a bare name when it is a

@@ -2,13 +2,15 @@
 to them, threads know their files, the injected memory and the briefing name the files in play,
 the current work and its latest conclusion."""
 import json
+import subprocess
+import sys
 import time
 
 import pytest
 
 import ai_smartness as ais
 from conftest import hook
-from support import post_payload, prompt_payload, start_payload, stop_payload
+from support import ROOT, post_payload, prompt_payload, start_payload, stop_payload
 
 
 def test_a_path_is_made_relative_to_the_project_and_never_leaves_it():
@@ -24,9 +26,34 @@ def test_a_path_is_made_relative_to_the_project_and_never_leaves_it():
 
 
 def test_a_shell_command_names_the_files_it_runs_not_its_options_urls_or_folders():
-    assert ais._command_paths("cd app && pytest tests/test_api.py -k login; cat src/app.ts | head > out.log") == [
+    assert ais._command_paths("pytest tests/test_api.py -k login; cat src/app.ts | head > out.log") == [
         "tests/test_api.py", "src/app.ts", "out.log"]
     assert ais._command_paths("git push origin main --force; curl https://x.io/a.json; ls src/") == []
+
+
+def test_a_pasted_blob_does_not_stall_the_files_and_topics_of_a_text():
+    """One long run of path characters (a minified bundle, a base64 blob pasted in a prompt):
+    the files named beside it and the topics are found, at once (the patterns tried on the
+    whole run backtracked for minutes: the guard is a hang, not a speed goal)."""
+    code = ("import ai_smartness as a; blob = 'a_' * 100000 + ' ' + 'a/' * 100000\n"
+            "print(a.file_mentions(blob + ' fix ./src/app.ts, README.md.'))\n"
+            "print(a.EXTRACTOR.topics(blob + ' the parser in /home/me/proj/src/tokenizer.py', said=True))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    mentions, topics = out.stdout.splitlines()
+    assert mentions == "['src/app.ts', 'README.md']"
+    assert "tokenizer" in topics and "home" not in topics and "proj" not in topics
+
+
+def test_a_path_after_cd_is_under_the_folder_the_command_moved_to():
+    paths = ais._command_paths
+    assert paths("cd frontend && npx tsc --noEmit src/a.tsx src/b.tsx") == ["frontend/src/a.tsx", "frontend/src/b.tsx"]
+    assert paths("(cd web && npm test src/x.test.ts); cat README.md") == ["web/src/x.test.ts", "README.md"]
+    assert paths('cd "my app" && cat a.py; cd .. && cat b/c.py') == ["my app/a.py", "b/c.py"]
+    assert paths("cd /srv/app && cat y.py") == ["/srv/app/y.py"]
+    # A folder that cannot be told: only absolute paths and bare names (kept when known).
+    assert paths("cd $DIR && cat a/b.py c.py /e/f.py") == ["c.py", "/e/f.py"]
+    assert paths("cd ~ && cat a/b.py; cd - && cat d/e.py") == []
+    assert paths("echo cd x && cat a/b.py") == ["a/b.py"]  # cd only as a step's command
 
 
 @pytest.mark.parametrize("tool, tool_input, response, files, op", [
@@ -34,6 +61,7 @@ def test_a_shell_command_names_the_files_it_runs_not_its_options_urls_or_folders
     ("Edit", {"file_path": "{p}/src/a.py", "old_string": "x = 1", "new_string": "x = 2"}, {}, ["src/a.py"], "edit"),
     ("Write", {"file_path": "{p}/docs/b.md", "content": "# notes"}, {}, ["docs/b.md"], "write"),
     ("Bash", {"command": "python -m pytest tests/test_a.py"}, {"stdout": "1 passed"}, ["tests/test_a.py"], "run"),
+    ("Bash", {"command": "cd web && npx tsc --noEmit src/a.tsx"}, {"stdout": ""}, ["web/src/a.tsx"], "run"),
     ("Read", {"file_path": "/elsewhere/c.py"}, {"file": {"content": "pass\n"}}, None, None),
     ("Bash", {"command": "git status"}, {"stdout": "clean"}, None, None),
 ])
