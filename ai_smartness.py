@@ -397,6 +397,12 @@ MAX_CAPTURE_FILES, FILE_PATH_CHARS = 12, 300
 # The files a thread lists (the most recently touched), and a file's newest messages kept (the
 # quotes about it are chosen among them: Memory.context).
 THREAD_FILES, FILE_RECENT_MESSAGES = 20, 24
+# The files a document's text names (a spec, a plan, a task: the files to change), kept with
+# its read or write: the first CITES_KEPT within its first CITE_SCAN_CHARS. A prompt naming
+# that document puts them in play (FileTable.rank). Code is not read for them: its `ctx.db`
+# and `z.object` look like file names.
+CITES_KEPT, CITE_SCAN_CHARS = 20, 100_000
+DOC_EXTENSIONS = frozenset({"", "md", "mdx", "markdown", "txt", "rst", "adoc", "org"})
 # Messages (the newest) replayed to build the file table after a load.
 FILE_TABLE_MESSAGES = 20000
 # Ranking of the files in play (FileTable.rank): weights of a name in the prompt (path or
@@ -404,10 +410,12 @@ FILE_TABLE_MESSAGES = 20000
 # "the event scheduler" for EventSchedulerDashboard.tsx), of the prompt's BM25 against the
 # words of the turns that touched the file, of recency (1 / (1 + rank / FILE_RECENCY_RANKS)),
 # of how often it was touched (saturating at FILE_TOUCHES_FULL), and of being worked on in
-# the same turns as a file the prompt names (saturating at FILE_TOGETHER_FULL turns). Measured on replayed Claude Code
+# the same turns as a file the prompt names (saturating at FILE_TOGETHER_FULL turns), of being named by the
+# text of a file the prompt names ("/implement specs/x.md"). Measured on replayed Claude Code
 # sessions (bench/README.md): the prompt's words against each file's turns carry most of the
 # gain over a plain most-recent list.
-FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0, "together": 1.0}
+FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0, "together": 1.0,
+                "cited": 1.0}
 FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
 # Files named in the injected text, and earlier messages shown for the first of them.
 FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 3
@@ -2450,16 +2458,19 @@ def tool_capture(payload, data_dir=None):
     project, cwd = (os.path.dirname(data_dir), payload.get("cwd")) if data_dir else (None, None)
     rel = project_relpath(path, project, cwd) if path and project else None
     shown = rel or path  # a project file by its project path: shorter, and the same on every machine
+    cites = []
     if tool == "Read":
         file = resp.get("file") if isinstance(resp, dict) else None
         content = file.get("content") if isinstance(file, dict) else _response_text(resp)
         if not content or not isinstance(content, str):
             return None
         text = f"Read {shown}:\n{code_outline(content)}"
+        cites = file_citations(content, project, rel) if project else []
     elif tool == "Write":
         content = inp.get("content") or (resp.get("content") if isinstance(resp, dict) else "")
         content = content if isinstance(content, str) else json.dumps(content, default=str) if content else ""
         text = f"Wrote {shown}:\n{code_outline(content, 900, 800)}"
+        cites = file_citations(content, project, rel) if project else []
     elif tool in ("Edit", "MultiEdit", "NotebookEdit"):
         edits = inp.get("edits") if isinstance(inp.get("edits"), list) else [inp]
         parts = []
@@ -2495,6 +2506,8 @@ def tool_capture(payload, data_dir=None):
             f for f in (project_relpath(x, project, cwd) for x in _command_paths(str(inp.get("command") or ""))) if f]
         if files:
             cap["files"], cap["op"] = list(dict.fromkeys(files))[:MAX_CAPTURE_FILES], FILE_OPS[tool]
+            if cites:
+                cap["cites"] = cites
     return cap
 
 
@@ -4926,9 +4939,26 @@ _PATH_RUN_RE = LazyRe(r"[\w./@+-]+")
 
 
 def file_mentions(text):
-    """The words of a text that may name files (`src/app.ts`, `README.md`), `./` and `/` trimmed."""
-    return [w.strip("./") for run in _PATH_RUN_RE.findall(text or "") if len(run) <= FILE_PATH_CHARS
+    """The words of a text that may name files (`src/app.ts`, `./README.md`, `/srv/app/x.py`)."""
+    return [w for run in _PATH_RUN_RE.findall(text or "") if len(run) <= FILE_PATH_CHARS
             for w in _FILE_MENTION_RE.findall(run)]
+
+
+def file_citations(content, project, own):
+    """The files a document's text names, as project paths (an absolute one inside the project,
+    else as written): what a spec or a plan says to change. Not `own`, nor an e-mail address;
+    none for code (DOC_EXTENSIONS)."""
+    out = []
+    name = (own or "").rsplit("/", 1)[-1]
+    if not own or (name.rsplit(".", 1)[-1].lower() if "." in name else "") not in DOC_EXTENSIONS:
+        return out
+    for word in file_mentions(redact(content[:CITE_SCAN_CHARS])):
+        path = project_relpath(word, project) if word.startswith("/") else word.strip("./")
+        if path and path != own and "@" not in path[1:] and path not in out:
+            out.append(path)
+            if len(out) == CITES_KEPT:
+                break
+    return out
 # Where a camelCase name splits into words (EventScheduler: Event Scheduler).
 _CAMEL_RE = LazyRe(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -4941,8 +4971,8 @@ class FileTable:
     file was about, which its own text rarely does."""
 
     def __init__(self):
-        # path -> {"n", "last", "op", "mids", "state", "words": Counter, "size": their total, "with": Counter,
-        # "stem": the words of its name, camelCase split}
+        # path -> {"n", "last", "op", "mids", "state", "cites": the files its state names, "words": Counter,
+        # "size": their total, "with": Counter, "stem": the words of its name, camelCase split}
         self.files = {}
         self.by_base = {}  # basename -> paths
         self.postings = {}  # word -> the files whose words hold it: a prompt is scored against those only
@@ -4974,6 +5004,8 @@ class FileTable:
             st["mids"].append(msg["id"])
             if op in ("read", "write"):
                 st["state"] = msg["id"]  # the file's content as last seen (its head: tool_capture)
+                cites = msg.get("cites")  # the files that content names
+                st["cites"] = [c for c in cites if isinstance(c, str)] if isinstance(cites, list) else ()
             if op != "mention":
                 st["n"] += 1
                 st["last"], st["op"] = max(st["last"], ts), op
@@ -5015,7 +5047,7 @@ class FileTable:
 
     def mentioned(self, text):
         """The known files a text names, by path or by a basename no other known file has."""
-        return self.resolve(file_mentions(text), False)
+        return self.resolve((w.strip("./") for w in file_mentions(text)), False)
 
     def known(self, paths):
         """The paths of a command: those with a folder as they are, a bare name when it is a
@@ -5035,18 +5067,20 @@ class FileTable:
 
     def rank(self, prompt, limit):
         """The `limit` files most likely in play for a prompt, best first, with their record:
-        named by the prompt (or words of their name), about what the prompt is about (BM25 of its terms against the
-        words of each file's turns), recently and often touched (FILE_WEIGHTS)."""
+        named by the prompt (or words of their name) or by the text of a file it names, about what the prompt is
+        about (BM25 of its terms against the words of each file's turns), recently and often touched (FILE_WEIGHTS)."""
         touched = [(p, st) for p, st in self.files.items() if st["n"]]
         if not touched or limit <= 0:
             return []
         w = FILE_WEIGHTS
         named = set(self.mentioned(prompt))
-        # Files worked on in the same turns as a named one come with it.
-        together = Counter()
+        # Files worked on in the same turns as a named one come with it, and the files its
+        # text names (a spec, a plan: the files to change).
+        together, cited = Counter(), set()
         for p in named:
             for other, n in self.files[p]["with"].items():
                 together[other] = max(together[other], min(1.0, n / FILE_TOGETHER_FULL))
+            cited.update(self.resolve(self.files[p].get("cites", ()), False))
         # "continue", "yes go ahead": no word to match, only the work's recency and weight (BM25
         # normalized by its best score would crown the files of earlier turns that said "continue").
         qterms = set() if is_noise(prompt) else set(terms(prompt))
@@ -5068,7 +5102,8 @@ class FileTable:
             said = len(stems & st["stem"]) / len(st["stem"]) if st["stem"] and p not in named else 0.0
             scores[p] = (w["named"] * (p in named) + w["stem"] * said
                          + w["words"] * bm[p] / top + w["recency"] / (1 + rank / FILE_RECENCY_RANKS)
-                         + w["touches"] * min(1.0, st["n"] / FILE_TOUCHES_FULL) + w["together"] * together[p])
+                         + w["touches"] * min(1.0, st["n"] / FILE_TOUCHES_FULL) + w["together"] * together[p]
+                         + w["cited"] * (p in cited and p not in named))
         best = sorted(order, key=lambda x: -scores[x[0]])[:limit]  # stable: the newest first on a tie
         return best
 
@@ -5429,11 +5464,12 @@ def data_dir_of(project):
 
 
 def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=None, origin=None, files=None,
-                    op=None, failed=False, command=None, changed=None):
+                    op=None, failed=False, command=None, changed=None, cites=None):
     """Clean, redact and size a capture; None when it is noise. Shared by the CLI, the hooks
     and the daemon so every path stores the same thing. `files`: the project-relative paths
     the event touched, `op` what it did to them (FILE_OPS); `command` a shell command's first
-    line, `failed` when it failed; `changed`: the files changed in git when a turn ended."""
+    line, `failed` when it failed; `changed`: the files changed in git when a turn ended;
+    `cites`: the files a read or written file's text names."""
     ts = time.time()
     if at:  # checked before anything is journaled: a bad time would poison every drain
         ts = valid_ts(at)
@@ -5451,6 +5487,8 @@ def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=N
         entry["session"] = clean_field(session_id, 100)
     if files and op in FILE_OPS.values():
         entry["files"], entry["op"] = [clean_field(f, FILE_PATH_CHARS) for f in files[:MAX_CAPTURE_FILES]], op
+        if cites and op in ("read", "write"):
+            entry["cites"] = [clean_field(f, FILE_PATH_CHARS) for f in cites[:CITES_KEPT]]
     if command:
         entry["command"] = clean_field(command, COMMAND_CHARS)
     if failed:
@@ -5753,15 +5791,18 @@ class MemoryIndex:
         return self._files
 
     def message_files(self, entry):
-        """{"files", "op"} of a journaled capture as its message keeps them ({} for none): a
-        tool's files (a command's words only when they hold a folder or name a known file),
-        else the known files a prompt or an answer names."""
+        """{"files", "op"[, "cites"]} of a journaled capture as its message keeps them ({} for
+        none): a tool's files (a command's words only when they hold a folder or name a known
+        file) and the files a file read or written names, else the known files a prompt or an
+        answer names."""
         files = entry.get("files")
         if isinstance(files, list) and entry.get("op") in FILE_OPS.values():
             files = [f for f in files if isinstance(f, str) and f][:MAX_CAPTURE_FILES]
             if entry["op"] == "run":
                 files = self.file_table().known(files)
-            return {"files": files, "op": entry["op"]} if files else {}
+            cites = entry.get("cites") if isinstance(entry.get("cites"), list) else []
+            cites = [f for f in cites if isinstance(f, str) and f][:CITES_KEPT]
+            return dict({"files": files, "op": entry["op"]}, **({"cites": cites} if cites else {})) if files else {}
         named = self.file_table().mentioned(entry["text"]) if entry["source"] in ("prompt", "assistant") else []
         return {"files": named} if named else {}
 
@@ -8770,7 +8811,7 @@ def capture_entry(kind, payload, data_dir, at=None):
         return None
     return with_turn(prepare_capture(cap["text"], cap["source"], cap["file"] if kind == "tool" else None, at,
                                      sid, cap["origin"], cap.get("files"), cap.get("op"), kind == "failure",
-                                     cap.get("command")), payload)
+                                     cap.get("command"), cites=cap.get("cites")), payload)
 
 
 def failed_capture(payload, data_dir):

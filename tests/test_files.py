@@ -40,7 +40,7 @@ def test_a_pasted_blob_does_not_stall_the_files_and_topics_of_a_text():
             "print(a.EXTRACTOR.topics(blob + ' the parser in /home/me/proj/src/tokenizer.py', said=True))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     mentions, topics = out.stdout.splitlines()
-    assert mentions == "['src/app.ts', 'README.md']"
+    assert mentions == "['./src/app.ts', 'README.md']"
     assert "tokenizer" in topics and "home" not in topics and "proj" not in topics
 
 
@@ -401,6 +401,32 @@ def test_a_file_worked_on_with_the_named_one_comes_with_it(project):
     ranked = [p for p, _ in mem.file_table().rank("widget.ts crashes on empty rows", 2)]
     assert ranked == ["src/a/widget.ts", "src/lib/helpers.ts"]  # not the newer css files
     assert [p for p, _ in mem.file_table().rank("crashes on empty rows", 1)] == ["src/footer.css"]
+
+
+def test_the_files_a_spec_names_are_in_play_when_a_prompt_names_the_spec(project):
+    """ "/implement specs/billing.md": the files the spec says to change come with it, though
+    other files were worked on since and the spec names them past the head the memory keeps."""
+    mem = ais.open_memory(str(project))
+    paths = ["src/billing/invoice.ts", "src/billing/tax.ts"] + [f"src/ui/{n}.tsx" for n in ("Header", "Menu", "Card", "Table")]
+    for i, path in enumerate(paths):
+        mem.store.inbox_append(ais.prepare_capture(f"Edited {path}:\n- a\n+ b", "tool:Edit", at=time.time() - 600 + i,
+                                                   session_id="s1", origin="file_write", files=[path], op="edit"))
+    mem.flush()
+    spec = ("# Billing\n" + "Why totals must round per line, not per invoice. " * 40 + "\n## Files to change\n"
+            f"- `./src/billing/invoice.ts`: round each line\n- {project}/src/billing/tax.ts: the same\n"
+            "- questions: billing@example.com; see specs/billing.md\n")
+    hook("capture", post_payload("Write", {"file_path": f"{project}/specs/billing.md", "content": spec}, {},
+                                 "s1", project), project)
+    mem = ais.open_memory(str(project))
+    mem.flush()
+    write = next(m for m in mem.msgs.values() if m.get("op") == "write")
+    assert write["cites"] == ["src/billing/invoice.ts", "src/billing/tax.ts"]  # not the address, not itself
+    assert "src/billing/tax.ts" not in write["text"]  # past the head kept as the text
+    assert ais.file_citations("import './tax.ts'; const db = ctx.db", str(project), "src/billing/invoice.ts") == []
+    ranked = [p for p, _ in mem.file_table().rank("/implement specs/billing.md", 3)]
+    assert ranked[0] == "specs/billing.md" and set(ranked[1:]) == {"src/billing/invoice.ts", "src/billing/tax.ts"}
+    assert [p for p, _ in mem.file_table().rank("restyle the menu", 3)] == [
+        "src/ui/Menu.tsx", "specs/billing.md", "src/ui/Table.tsx"]
 
 
 def test_a_prompt_saying_most_words_of_a_files_camelcase_name_ranks_it_first(project):
