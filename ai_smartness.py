@@ -2515,7 +2515,7 @@ def tool_capture(payload, data_dir=None):
 # operators between the steps of a command line (a `cd` holds for the steps after it).
 _SHELL_WORD_RE = LazyRe(r"""[^\s'"`;|&<>(){}\[\]=,]+""")
 _SHELL_STEP_RE = LazyRe(r"&&|\|\||[;\n|]")
-_SHELL_CD_RE = LazyRe(r"""\s*\(?\s*(?:cd|pushd)(?:\s+("[^"]*"|'[^']*'|\S+))?\s*$""")
+_SHELL_CD_RE = LazyRe(r"""\s*(?:\(\s*)?(?:cd|pushd)(?:\s+("[^"]*"|'[^']*'|[^\s"']\S*))?\s*$""")
 _FILE_NAME_RE = LazyRe(r"[\w.@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}")
 
 
