@@ -2503,7 +2503,8 @@ def tool_capture(payload, data_dir=None):
         cap["command"] = key  # the same command run again after a failure tells whether it was fixed
     if project and tool in FILE_OPS:
         files = [rel] if rel else [] if path else [
-            f for f in (project_relpath(x, project, cwd) for x in _command_paths(str(inp.get("command") or ""))) if f]
+            f for f in (project_relpath(x, project, cwd) for x in _command_paths(
+                str(inp.get("command") or ""), cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None)) if f]
         if files:
             cap["files"], cap["op"] = list(dict.fromkeys(files))[:MAX_CAPTURE_FILES], FILE_OPS[tool]
             if cites:
@@ -2519,19 +2520,22 @@ _SHELL_CD_RE = LazyRe(r"""\s*(?:\(\s*)?(?:cd|pushd)(?:\s+("[^"]*"|'[^']*'|[^\s"'
 _FILE_NAME_RE = LazyRe(r"[\w.@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}")
 
 
-def _command_paths(command):
+def _command_paths(command, base=None):
     """The words of a shell command that may name files: a name with an extension, alone or at
     the end of a path (`pytest tests/test_api.py`, `cat src/app.ts`); not options, URLs or
     folders, nor the body of a here-document (code, whose `console.log` is no file). A path
     after `cd frontend &&` is under frontend/; after a `cd` to a folder that cannot be told
-    (`cd $DIR`, `cd ~`) only absolute paths and bare names are kept. The memory keeps a bare
-    name only when it knows that file (MemoryWriter._apply)."""
-    out = []
+    (`cd $DIR`, `cd ~`) only absolute paths and bare names are kept. `base`: the folder the
+    client reports. Claude Code keeps a command's `cd` for the next ones and reports the folder
+    it moved to: when `base` ends with the folder the command moved to, each path is given
+    relative to `base` (`src/a.ts` after `cd web`, `../README.md` before it). The memory keeps
+    a bare name only when it knows that file (MemoryWriter._apply)."""
+    found = []  # (the folder in force: relative to where the command started unless absolute, None unknown; word)
     head = command[:4000]
     heredoc = head.find("<<")
     if heredoc >= 0 and "\n" in head[heredoc:]:
         head = head[:head.index("\n", heredoc)]
-    where = ""  # the folder the steps so far moved to, relative to the cwd unless absolute; None: unknown
+    where = ""
     outside = None  # the folder before a `(cd …` subshell, in force again after its `)`
     for step in _SHELL_STEP_RE.split(head):
         cd = _SHELL_CD_RE.match(step)
@@ -2547,14 +2551,24 @@ def _command_paths(command):
             continue
         for word in _SHELL_WORD_RE.findall(step):
             word = word.strip(":")
-            if len(word) > FILE_PATH_CHARS or word.startswith("-") or "://" in word \
-                    or not _FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]):
-                continue
-            if where is None and "/" in word and not word.startswith("/"):
-                continue  # relative to a folder we cannot tell
-            out.append(os.path.join(where, word) if where else word)
+            if len(word) <= FILE_PATH_CHARS and not word.startswith("-") and "://" not in word \
+                    and _FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]):
+                found.append((where, word))
         if ")" in step and outside is not None:
             where, outside = outside, None
+    here = os.path.normpath(base) if base else ""
+    moved = bool(where) and (here == where if os.path.isabs(where) else here.endswith(os.sep + where))
+    out = []
+    for at, word in found:
+        if word.startswith("/") or at == "" and not moved:
+            out.append(word)
+        elif at is None or moved and os.path.isabs(where) and not os.path.isabs(at):
+            if "/" not in word:  # relative to a folder we cannot tell: a bare name may still be known
+                out.append(word)
+        elif moved and not os.path.isabs(at):
+            out.append(os.path.normpath(os.path.join(os.path.relpath(at or ".", where), word)))
+        else:
+            out.append(os.path.join(at, word))
     return out
 
 

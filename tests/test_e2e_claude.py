@@ -144,6 +144,28 @@ def test_memory_flows_from_one_session_to_the_next(sandbox, recall_path):
     assert any(re.match(r"Read\t.*/\.ai/cache/recall/", line) for line in new_lines), new_lines
 
 
+def test_a_cd_the_client_keeps_places_each_command_file_once(sandbox):
+    """Claude Code keeps a command's `cd` for the next commands and reports the folder it moved
+    to as the PostToolUse cwd: `cd web && cat src/a.txt`, then `cat src/b.txt`, both under web/."""
+    box = sandbox
+    box.write("web/src/a.txt", "alpha\n")
+    box.write("web/src/b.txt", "beta\n")
+    turns = [tool_use("Bash", {"command": "cd web && cat src/a.txt", "description": "first"}, id="toolu_cd"),
+             tool_use("Bash", {"command": "cat src/b.txt", "description": "second"}, id="toolu_after"),
+             FINAL]
+    with FakeAnthropic(turns) as api:
+        bodies = run_ok(box, api, "show me the two files under web")
+    assert [r["text"].strip() for r in tool_results(bodies[-1])] == ["alpha", "beta"]  # the cd was kept
+
+    def command_files():
+        done = box.cli("export")
+        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
+        return sorted(f for t in threads for m in t["messages"] if m["text"].startswith("$ ")
+                      for f in m.get("files", ()))
+    assert wait_for(lambda: len(command_files()) == 2, timeout=90), command_files()
+    assert command_files() == ["web/src/a.txt", "web/src/b.txt"]
+
+
 def test_install_keeps_foreign_settings_and_uninstall_restores_them(sandbox):
     box = sandbox
     settings = box.settings()

@@ -56,6 +56,18 @@ def test_a_path_after_cd_is_under_the_folder_the_command_moved_to():
     assert paths("echo cd x && cat a/b.py") == ["a/b.py"]  # cd only as a step's command
 
 
+def test_a_cd_the_client_kept_is_not_applied_twice(project):
+    """Claude Code keeps a command's `cd` for the next ones and reports the folder it moved to
+    as the hook's cwd (seen with the real client: test_e2e_claude.py): a path is placed once."""
+    for cwd in (project, project / "web"):  # a client that starts each command afresh, and Claude Code
+        cap = ais.tool_capture({"tool_name": "Bash", "tool_input": {"command": "cat README.md && cd web && npx tsc src/a.tsx"},
+                                "tool_response": {"stdout": ""}, "cwd": str(cwd)}, str(project / ".ai"))
+        assert cap["files"] == ["README.md", "web/src/a.tsx"], cwd
+    paths = ais._command_paths
+    assert paths("cd web/app && cat x.ts", "/p/web/app") == ["x.ts"]
+    assert paths("cat a/b.py && cd /srv/app && cat y.py", "/srv/app") == ["/srv/app/y.py"]  # a/b.py: from where?
+
+
 @pytest.mark.parametrize("tool, tool_input, response, files, op", [
     ("Read", {"file_path": "{p}/src/a.py"}, {"file": {"content": "import os\n"}}, ["src/a.py"], "read"),
     ("Edit", {"file_path": "{p}/src/a.py", "old_string": "x = 1", "new_string": "x = 2"}, {}, ["src/a.py"], "edit"),
