@@ -2078,6 +2078,8 @@ def sub_paths(replace, text):
     """_PATH_RE.sub(replace, text), in linear time."""
     return _PATH_RUN_CHARS_RE.sub(
         lambda m: _PATH_RE.sub(replace, m.group(0)) if len(m.group(0)) <= 2 * FILE_PATH_CHARS else m.group(0), text)
+
+
 _PART_RE = LazyRe(r"[^\W_]+", re.U)
 # The columns of an `ls -l` line before the name (mode, links, owner, group, size, date): the
 # owner would be a topic of every listing.
@@ -2560,9 +2562,9 @@ def _command_paths(command, base=None):
     moved = bool(where) and (here == where if os.path.isabs(where) else here.endswith(os.sep + where))
     out = []
     for at, word in found:
-        if word.startswith("/") or at == "" and not moved:
+        if word.startswith("/") or (at == "" and not moved):
             out.append(word)
-        elif at is None or moved and os.path.isabs(where) and not os.path.isabs(at):
+        elif at is None or (moved and os.path.isabs(where) and not os.path.isabs(at)):
             if "/" not in word:  # relative to a folder we cannot tell: a bare name may still be known
                 out.append(word)
         elif moved and not os.path.isabs(at):
@@ -4973,6 +4975,8 @@ def file_citations(content, project, own):
             if len(out) == CITES_KEPT:
                 break
     return out
+
+
 # Where a camelCase name splits into words (EventScheduler: Event Scheduler).
 _CAMEL_RE = LazyRe(r"(?<=[a-z0-9])(?=[A-Z])")
 
