@@ -1939,6 +1939,8 @@ div span img href src alt html body head script style button input label form cl
 class_name props prop state useeffect usestate onclick onchange key ref children react.fc
 px rem em vh vw rgb rgba hex auto flex none inherit important margin padding width height
 color font size display position absolute relative border tsx jsx yml yaml toml txt
+func defer chan fmt err ctx req res args kwargs argv nullptr sizeof typedef typename constexpr
+namespace std usize isize crate dyn unwrap elsif endif ifdef ifndef foreach isset
 """.split())
 # Code words that, said in a prompt or a note, name a domain of the work (CONCEPTS): "every log
 # line should carry the request id", "the login form". Not "case", "key", "pass": said, they are

@@ -222,6 +222,10 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     code = ais.EXTRACTOR.extract("console.log(form); return <form>", "file_read", "src/app.js")["topics"]
     assert not {"log", "form"} & set(code)
     assert "case" not in ais.EXTRACTOR.topics("in that case the deploy waits", said=True)
+    go = ais.EXTRACTOR.extract("Read internal/server/router.go:\npackage server\n\nfunc (s *Server) Route(ctx context.Context, "
+                               "req *Request) (res *Response, err error) {\n\tdefer s.mu.Unlock()\n\tfmt.Println(req)",
+                               "file_read", "internal/server/router.go")["topics"]
+    assert "router" in go and not {"func", "ctx", "req", "res", "err", "defer", "fmt"} & set(go), go
 
 
 def test_thread_topics_lean_on_what_people_said(project):
