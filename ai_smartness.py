@@ -402,6 +402,9 @@ THREAD_FILES, FILE_RECENT_MESSAGES = 20, 24
 # that document puts them in play (FileTable.rank). Code is not read for them: its `ctx.db`
 # and `z.object` look like file names.
 CITES_KEPT, CITE_SCAN_CHARS = 20, 100_000
+# How long a process trusts the list of the project's git checkouts (other_checkouts): a
+# worktree added meanwhile is seen by a running daemon after that.
+CHECKOUTS_TTL = 30.0
 DOC_EXTENSIONS = frozenset({"", "md", "mdx", "markdown", "txt", "rst", "adoc", "org"})
 # Messages (the newest) replayed to build the file table after a load.
 FILE_TABLE_MESSAGES = 20000
@@ -2578,8 +2581,9 @@ def _command_paths(command, base=None):
 
 def project_relpath(path, project, cwd=None):
     """`path` (absolute, or relative to `cwd` when that is absolute, else to the project) as a
-    path relative to the project, or None when it lies outside it or in its .ai/. Text only:
-    the file may be gone, or live on another machine (imported history)."""
+    path relative to the project or to one of its other git checkouts, or None when it lies
+    outside them or in .ai/. Text only: the file may be gone, or live on another machine
+    (imported history)."""
     if not isinstance(path, str) or not path.strip() or len(path) > FILE_PATH_CHARS or "\x00" in path:
         return None
     path = path.strip().strip("'\"`").replace("\\", "/")
@@ -2587,11 +2591,47 @@ def project_relpath(path, project, cwd=None):
         return None
     base = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else project
     full = os.path.normpath(os.path.join(base, path))
-    for root in dict.fromkeys((os.path.normpath(project), os.path.realpath(project))):
+    # The most specific folder first: a worktree under .claude/worktrees/ is inside the project.
+    roots = (os.path.normpath(project), os.path.realpath(project), *other_checkouts(project))
+    for root in sorted(dict.fromkeys(roots), key=len, reverse=True):
         if full.startswith(root.rstrip("/") + "/"):
             rel = full[len(root.rstrip("/")) + 1:]
             return None if rel.split("/", 1)[0] == ".ai" else rel
     return None
+
+
+_CHECKOUTS = {}  # project -> (when read, the folders of its other checkouts)
+
+
+def other_checkouts(project):
+    """The folders of the project's other git checkouts (`git worktree`; Claude Code's
+    --worktree puts them under .claude/worktrees/): the same files under another folder, so a
+    file edited there is the project's file. Read from the repository's own worktree records."""
+    now = time.monotonic()
+    known = _CHECKOUTS.get(project)
+    if known and now - known[0] < CHECKOUTS_TTL:
+        return known[1]
+    common = os.path.join(project, ".git")
+    try:
+        if os.path.isfile(common):  # the project is a worktree itself: its .git names its record
+            with open(common, encoding="utf-8") as f:
+                line = f.read(4096).strip()
+            record = os.path.normpath(os.path.join(project, line[7:].strip())) if line.startswith("gitdir:") else ""
+            common = os.path.dirname(os.path.dirname(record)) if os.path.basename(os.path.dirname(record)) == "worktrees" else ""
+        names = sorted(os.listdir(os.path.join(common, "worktrees"))) if common else []
+    except (OSError, UnicodeDecodeError):
+        names = []
+    roots = [os.path.dirname(common)] if names else []  # the main checkout, when there are others
+    for name in names:
+        try:
+            with open(os.path.join(common, "worktrees", name, "gitdir"), encoding="utf-8") as f:
+                roots.append(os.path.dirname(f.read(4096).strip()))  # <checkout>/.git
+        except (OSError, UnicodeDecodeError):
+            continue  # a record half-written or pruned meanwhile
+    own = {os.path.normpath(project), os.path.realpath(project)}
+    found = tuple(r for r in dict.fromkeys(map(os.path.normpath, roots)) if os.path.isabs(r) and r not in own)
+    _CHECKOUTS[project] = (now, found)
+    return found
 
 
 def is_inside(path, root):
@@ -4990,7 +5030,8 @@ class FileTable:
     it: the prompt that started the turn and the agent's conclusion say what the work on the
     file was about, which its own text rarely does."""
 
-    def __init__(self):
+    def __init__(self, project=None):
+        self.project = project  # its folder: an absolute path in a prompt names its file by project path
         # path -> {"n", "last", "op", "mids", "state", "cites": the files its state names, "words": Counter,
         # "size": their total, "with": Counter, "stem": the words of its name, camelCase split}
         self.files = {}
@@ -5066,8 +5107,20 @@ class FileTable:
         return grams
 
     def mentioned(self, text):
-        """The known files a text names, by path or by a basename no other known file has."""
-        return self.resolve((w.strip("./") for w in file_mentions(text)), False)
+        """The known files a text names: by path, by a basename no other known file has, or by an
+        absolute path (a file dragged into the terminal) inside the project or ending with a known
+        path under a folder (`/home/me/other-checkout/src/app.ts`)."""
+        return self.resolve((self._as_known(w) for w in file_mentions(text)), False)
+
+    def _as_known(self, word):
+        if not word.startswith("/"):
+            return word.strip("./")
+        rel = project_relpath(word, self.project) if self.project else None
+        if rel:
+            return rel
+        parts = word.strip("/").split("/")
+        tails = ("/".join(parts[i:]) for i in range(1, len(parts) - 1))
+        return next((t for t in tails if t in self.files), word.strip("./"))
 
     def known(self, paths):
         """The paths of a command: those with a folder as they are, a bare name when it is a
@@ -5465,18 +5518,20 @@ def sniff_format(head):
 
 
 def find_project(arg=None):
-    """--project, else $CLAUDE_PROJECT_DIR, else the project whose .ai/ holds this script,
-    else the current directory. A named project must be an existing folder: a typo must not
-    create a tree of folders."""
+    """--project, else $CLAUDE_PROJECT_DIR (but the project whose .ai/ holds this script when
+    that is one of its git worktrees), else the project whose .ai/ holds this script, else the
+    current directory. A named project must be an existing folder: a typo must not create a
+    tree of folders."""
     named = arg or os.environ.get("CLAUDE_PROJECT_DIR")
+    here = os.path.dirname(os.path.abspath(__file__))
+    home = os.path.dirname(here) if os.path.basename(here) == ".ai" else None
     if named:
         if not os.path.isdir(named):
             raise UsageError(f"project folder not found: {named}")
-        return os.path.abspath(named)
-    here = os.path.dirname(os.path.abspath(__file__))
-    if os.path.basename(here) == ".ai":
-        return os.path.dirname(here)
-    return os.getcwd()
+        named = os.path.abspath(named)
+        # A session in a git worktree of the project this copy is installed in: one memory.
+        return home if not arg and home and os.path.normpath(named) in other_checkouts(home) else named
+    return home or os.getcwd()
 
 
 def data_dir_of(project):
@@ -5802,7 +5857,7 @@ class MemoryIndex:
         load that serves no prompt does not pay for it. Kept current by _add_message; a
         thread read or dropped from disk has it rebuilt."""
         if self._files is None:
-            table = FileTable()
+            table = FileTable(os.path.dirname(self.store.dir))
             of, when = self.rows.of, self.row_ts
             newest = sorted(self.msgs, key=lambda m: (when[of[m]], m))[-FILE_TABLE_MESSAGES:]
             for mid in newest:

@@ -150,16 +150,16 @@ class Sandbox:
         except ValueError:
             return None
 
-    def run_claude(self, api, prompt):
-        """`claude -p PROMPT` in the project against the stand-in. Output goes to files, not
-        pipes: a daemon that a hook forgot to detach cannot then block the test on EOF."""
+    def run_claude(self, api, prompt, *args):
+        """`claude -p PROMPT [ARGS]` in the project against the stand-in. Output goes to files,
+        not pipes: a daemon that a hook forgot to detach cannot then block the test on EOF."""
         self._runs += 1
         out = self.root / ("claude-%d.stdout" % self._runs)
         err = self.root / ("claude-%d.stderr" % self._runs)
         env = dict(self.env, ANTHROPIC_BASE_URL=api.url)
         with open(out, "wb") as o, open(err, "wb") as e:
             proc = subprocess.run([self.claude, "-p", prompt, "--output-format", "json",
-                                   "--allowedTools", "Read Bash Write Edit"],
+                                   "--allowedTools", "Read Bash Write Edit", *args],
                                   cwd=self.project, env=env, stdin=subprocess.DEVNULL,
                                   stdout=o, stderr=e, timeout=CLAUDE_TIMEOUT)
         return ClaudeRun(proc.returncode, out.read_text(errors="replace"),

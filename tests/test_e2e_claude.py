@@ -9,6 +9,7 @@ it these tests skip, or fail when CI is set.
 
 import json
 import re
+import subprocess
 import urllib.request
 
 import pytest
@@ -59,9 +60,9 @@ def sandbox(tmp_path):
         box.stop_daemon()
 
 
-def run_ok(box, api, prompt):
+def run_ok(box, api, prompt, *args):
     """Run one session and check the scripted conversation ran to its end."""
-    run = box.run_claude(api, prompt)
+    run = box.run_claude(api, prompt, *args)
     assert run.returncode == 0 and run.result, run
     assert not run.result.get("is_error") and run.result.get("result") == FINAL, run
     assert not api.errors, api.errors
@@ -164,6 +165,34 @@ def test_a_cd_the_client_keeps_places_each_command_file_once(sandbox):
                       for f in m.get("files", ()))
     assert wait_for(lambda: len(command_files()) == 2, timeout=90), command_files()
     assert command_files() == ["web/src/a.txt", "web/src/b.txt"]
+
+
+def test_a_session_in_a_git_worktree_shares_the_projects_memory(sandbox):
+    """`claude --worktree` works in .claude/worktrees/<name>/ and gives the hooks that folder as
+    CLAUDE_PROJECT_DIR and cwd; with the settings committed the hooks fire there. Its files are
+    the project's files, in the project's memory."""
+    box = sandbox
+    box.write("src/a.txt", "alpha\n")
+    git = lambda *a: subprocess.run(["git", "-C", str(box.project), *a], capture_output=True, text=True)
+    if git("--version").returncode:
+        unavailable("git not found")
+    (box.project / ".gitignore").write_text(".ai/\n")
+    git("init", "-q")
+    git("add", "-A")
+    assert git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start").returncode == 0
+    turns = [tool_use("Bash", {"command": "cat src/a.txt", "description": "show"}, id="toolu_wt"), FINAL]
+    with FakeAnthropic(turns) as api:
+        bodies = run_ok(box, api, "show me a", "--worktree", "feat")
+    assert [r["text"].strip() for r in tool_results(bodies[-1])] == ["alpha"]
+    worktree = box.project / ".claude" / "worktrees" / "feat"
+    assert worktree.is_dir() and not (worktree / ".ai").exists()
+
+    def command_files():
+        done = box.cli("export")
+        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
+        return [f for t in threads for m in t["messages"] if m["text"].startswith("$ cat") for f in m.get("files", ())]
+    assert wait_for(lambda: command_files(), timeout=90), command_files()
+    assert command_files() == ["src/a.txt"]
 
 
 def test_install_keeps_foreign_settings_and_uninstall_restores_them(sandbox):

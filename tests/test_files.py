@@ -25,6 +25,40 @@ def test_a_path_is_made_relative_to_the_project_and_never_leaves_it():
         assert rel(outside, "/p", "/p") is None, outside
 
 
+def git_worktrees(project, tmp_path):
+    """A git repository in `project` with two worktrees: where Claude Code's --worktree puts
+    one (.claude/worktrees/), and beside the project."""
+    git = lambda *a: subprocess.run(["git", "-C", str(project), *a], check=True, capture_output=True)
+    if subprocess.run(["git", "--version"], capture_output=True).returncode:
+        pytest.skip("no git")
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "start")
+    inside, beside = project / ".claude" / "worktrees" / "feat", tmp_path / "proj-fix"
+    git("worktree", "add", "-q", str(inside))
+    git("worktree", "add", "-q", str(beside))
+    return inside, beside
+
+
+def test_a_file_of_a_git_worktree_of_the_project_is_the_project_file(project, tmp_path, monkeypatch):
+    inside, beside = git_worktrees(project, tmp_path)
+    rel = ais.project_relpath
+    assert rel(f"{inside}/src/a.ts", str(project)) == "src/a.ts"
+    assert rel(f"{beside}/src/a.ts", str(project)) == "src/a.ts"
+    assert rel("src/a.ts", str(project), str(beside / "src")) == "src/src/a.ts"
+    assert rel(f"{tmp_path}/unrelated/src/a.ts", str(project)) is None
+    assert rel(f"{beside}/.ai/db/x.json", str(project)) is None
+    cap = ais.tool_capture({"tool_name": "Edit", "tool_input": {"file_path": f"{beside}/src/a.ts", "old_string": "a",
+                                                               "new_string": "b"}, "cwd": str(beside)}, str(project / ".ai"))
+    assert cap["files"] == ["src/a.ts"]
+    # A session in the worktree (its CLAUDE_PROJECT_DIR) writes to the memory of the project the
+    # hooks are installed in; an unrelated folder keeps its own.
+    monkeypatch.setattr(ais, "__file__", str(project / ".ai" / "ai_smartness.py"))
+    for folder, home in ((beside, project), (inside, project), (tmp_path, tmp_path)):
+        monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(folder))
+        assert ais.find_project() == str(home)
+    assert ais.find_project(str(beside)) == str(beside)  # --project is obeyed
+
+
 def test_a_shell_command_names_the_files_it_runs_not_its_options_urls_or_folders():
     assert ais._command_paths("pytest tests/test_api.py -k login; cat src/app.ts | head > out.log") == [
         "tests/test_api.py", "src/app.ts", "out.log"]
@@ -141,6 +175,24 @@ def test_a_prompt_that_names_a_known_file_records_it(project):
     assert prompt["files"] == ["src/LoginForm.tsx"] and "op" not in prompt
     mem.capture("and what about Unknown.tsx?", session_id="s2")
     assert "files" not in next(m for m in mem.msgs.values() if m["text"].startswith("and what"))
+
+
+def test_an_absolute_path_in_a_prompt_names_the_project_file(project):
+    """A file dragged into the terminal comes as an absolute path: inside the project it is that
+    project file, though other known files share its name; from another checkout, the known file
+    its path ends with (a folder and a name, never a bare name)."""
+    mem = ais.open_memory(str(project))
+    for path in ("app/CMakeLists.txt", "gateway/CMakeLists.txt", "README.md", "docs/README.md"):
+        mem.store.inbox_append(ais.prepare_capture(f"Edited {path}:\n- a\n+ b", "tool:Edit", session_id="s1",
+                                                   origin="file_write", files=[path], op="edit"))
+    mem.flush()
+    table = mem.file_table()
+    assert table.mentioned(f"bump the version in {project}/gateway/CMakeLists.txt") == ["gateway/CMakeLists.txt"]
+    assert table.mentioned(f"see {project}/README.md") == ["README.md"]
+    assert table.mentioned("as in /home/greg/old-clone/gateway/CMakeLists.txt") == ["gateway/CMakeLists.txt"]
+    assert table.mentioned("as in /home/greg/old-clone/README.md") == []  # which README.md: not told
+    ranked = [p for p, _ in table.rank(f"review {project}/app/CMakeLists.txt, the build number must increase", 1)]
+    assert ranked == ["app/CMakeLists.txt"]
 
 
 def test_files_in_play_rank_the_named_file_then_the_work_the_prompt_is_about(project):
