@@ -1767,6 +1767,11 @@ _TASK_NOTE_RE = LazyRe(r"<task-notification>(?:[^<]|<(?!summary>|task-notificati
                        r"(?:[^<]|<(?!/?task-notification>))*</task-notification>")
 _CONTROL_RE = LazyRe(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")  # surrogates: not UTF-8
 _PREFIX_RE = LazyRe(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:\s*", re.I)
+# A shell prompt before a command pasted from a terminal (`me@mac app % npm test`,
+# `me@box:~/app$ make`, `(venv) me@box app % pytest`, `PS C:\app> npm run build`): the user's
+# and machine's names are no topic, and the command is what the work is.
+_SHELL_PROMPT_RE = LazyRe(r"(?m)^[ \t]*(?:\([\w.-]{1,40}\)[ \t]+)?(?:[\w.-]{1,64}@[\w.-]{1,64}(?::[^\s$#%>]{0,200})?"
+                          r"(?:[ \t]+[^\s$#%>]{1,200})?[ \t]?[$#%>]|PS [A-Za-z]:\\[^>\n]{0,200}>)[ \t]+(?=\S)")
 # Secrets: each pattern keeps a harmless prefix (group 1, when it has one) and replaces the
 # secret itself. Blocks first, then tokens known by their prefix, then the classes behind the
 # families without one: a secret-ish key followed by a value (env, JSON, YAML, CLI flag), a
@@ -2353,6 +2358,8 @@ class HeuristicExtractor:
 
     def extract(self, text, origin="prompt", file_path=None):
         body = _PREFIX_RE.sub("", text or "").strip()
+        if origin == "prompt" and ("@" in body or "PS " in body):
+            body = _SHELL_PROMPT_RE.sub("", body)
         return {"title": self.title(body, origin, file_path),
                 "topics": self.topics(body, file_path, said=origin == "prompt"),
                 "summary": shorten(body, 200)}

@@ -226,6 +226,13 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
                                "req *Request) (res *Response, err error) {\n\tdefer s.mu.Unlock()\n\tfmt.Println(req)",
                                "file_read", "internal/server/router.go")["topics"]
     assert "router" in go and not {"func", "ctx", "req", "res", "err", "defer", "fmt"} & set(go), go
+    # A terminal session pasted as a prompt: the command is the work, the user and machine no topic.
+    pasted = ais.EXTRACTOR.extract("dana@MacBook-Pro etl-2025 % poetry run python scripts/batch.py\nTimeoutError\n"
+                                   "dana@MacBook-Pro etl-2025 % poetry install\n(venv) dana@box:~/etl$ make", "prompt")
+    assert pasted["title"] == "poetry run python scripts/batch.py"
+    assert not {"dana", "macbook-pro", "etl-2025", "box"} & set(pasted["topics"]), pasted["topics"]
+    assert ais.EXTRACTOR.extract("PS C:\\app> npm run build", "prompt")["title"] == "npm run build"
+    assert ais.EXTRACTOR.extract("mail dana@example.com % of the refunds", "prompt")["title"].startswith("mail dana@")
 
 
 def test_thread_topics_lean_on_what_people_said(project):
