@@ -2366,9 +2366,11 @@ class HeuristicExtractor:
 
     @staticmethod
     def title(body, origin, file_path):
-        """What the work is: a prompt's or a conclusion's first sentence; for a tool result, the
-        file it touched or the command's own description, never the path or output echoed."""
-        first = re.split(r"(?<=[.!?])\s|\n", body.strip(), maxsplit=1)[0] if body else ""
+        """What the work is: a prompt's or a conclusion's first sentence that is not a bare
+        acknowledgement ("Great. Now add the export" is about the export); for a tool result,
+        the file it touched or the command's own description, never the path or output echoed."""
+        sentences = re.split(r"(?<=[.!?])\s|\n", body.strip(), maxsplit=4) if body else [""]
+        first = next((x for x in sentences if not is_noise(x)), sentences[0])
         if file_path and origin in ("file_read", "file_write"):
             verb = first.split(" ", 1)[0] if first.split(" ", 1)[0] in ("Read", "Wrote", "Edited") else ""
             first = (verb + " " if verb else "") + os.path.basename(file_path.rstrip("/\\"))

@@ -233,6 +233,11 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     assert not {"dana", "macbook-pro", "etl-2025", "box"} & set(pasted["topics"]), pasted["topics"]
     assert ais.EXTRACTOR.extract("PS C:\\app> npm run build", "prompt")["title"] == "npm run build"
     assert ais.EXTRACTOR.extract("mail dana@example.com % of the refunds", "prompt")["title"].startswith("mail dana@")
+    # An acknowledgement before the request is not what the work is.
+    assert ais.EXTRACTOR.extract("Great. Now add the CSV export to the report page", "prompt")["title"] == \
+        "Now add the CSV export to the report page"
+    assert ais.EXTRACTOR.extract("Perfect! The export works.\nNext: the PDF", "assistant")["title"] == "The export works."
+    assert ais.EXTRACTOR.extract("Great.", "prompt")["title"] == "Great."
 
 
 def test_thread_topics_lean_on_what_people_said(project):
