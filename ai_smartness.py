@@ -2638,7 +2638,7 @@ def other_checkouts(project):
         except (OSError, UnicodeDecodeError):
             continue  # a record half-written or pruned meanwhile
     own = {os.path.normpath(project), os.path.realpath(project)}
-    found = tuple(r for r in dict.fromkeys(map(os.path.normpath, roots)) if os.path.isabs(r) and r not in own)
+    found = tuple(r for r in dict.fromkeys(map(os.path.normpath, roots)) if os.path.isabs(r) and r != "/" and r not in own)
     _CHECKOUTS[project] = (now, found)
     return found
 

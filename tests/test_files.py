@@ -47,6 +47,10 @@ def test_a_file_of_a_git_worktree_of_the_project_is_the_project_file(project, tm
     assert rel("src/a.ts", str(project), str(beside / "src")) == "src/src/a.ts"
     assert rel(f"{tmp_path}/unrelated/src/a.ts", str(project)) is None
     assert rel(f"{beside}/.ai/db/x.json", str(project)) is None
+    (project / ".git" / "worktrees" / "odd").mkdir()
+    (project / ".git" / "worktrees" / "odd" / "gitdir").write_text("/.git\n")  # a checkout at / is none
+    ais._CHECKOUTS.clear()
+    assert rel("/etc/passwd", str(project)) is None and rel(f"{beside}/src/a.ts", str(project)) == "src/a.ts"
     cap = ais.tool_capture({"tool_name": "Edit", "tool_input": {"file_path": f"{beside}/src/a.ts", "old_string": "a",
                                                                "new_string": "b"}, "cwd": str(beside)}, str(project / ".ai"))
     assert cap["files"] == ["src/a.ts"]
