@@ -2626,7 +2626,8 @@ def other_checkouts(project):
             with open(common, encoding="utf-8") as f:
                 line = f.read(4096).strip()
             record = os.path.normpath(os.path.join(project, line[7:].strip())) if line.startswith("gitdir:") else ""
-            common = os.path.dirname(os.path.dirname(record)) if os.path.basename(os.path.dirname(record)) == "worktrees" else ""
+            records = os.path.dirname(record)  # <repository>/.git/worktrees
+            common = os.path.dirname(records) if os.path.basename(records) == "worktrees" else ""
         names = sorted(os.listdir(os.path.join(common, "worktrees"))) if common else []
     except (OSError, UnicodeDecodeError):
         names = []
@@ -2638,7 +2639,8 @@ def other_checkouts(project):
         except (OSError, UnicodeDecodeError):
             continue  # a record half-written or pruned meanwhile
     own = {os.path.normpath(project), os.path.realpath(project)}
-    found = tuple(r for r in dict.fromkeys(map(os.path.normpath, roots)) if os.path.isabs(r) and r != "/" and r not in own)
+    found = tuple(r for r in dict.fromkeys(map(os.path.normpath, roots))
+                  if os.path.isabs(r) and r != "/" and r not in own)
     _CHECKOUTS[project] = (now, found)
     return found
 
@@ -5539,7 +5541,7 @@ def find_project(arg=None):
             raise UsageError(f"project folder not found: {named}")
         named = os.path.abspath(named)
         # A session in a git worktree of the project this copy is installed in: one memory.
-        return home if not arg and home and os.path.normpath(named) in other_checkouts(home) else named
+        return home if not arg and home and named != home and named in other_checkouts(home) else named
     return home or os.getcwd()
 
 
