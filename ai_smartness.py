@@ -2504,6 +2504,7 @@ def tool_capture(payload, data_dir=None):
         if isinstance(resp, dict):
             out = "\n".join(str(resp.get(k) or "") for k in ("stdout", "stderr")).strip()
         desc = f" ({inp['description']})" if inp.get("description") else ""
+        command = project_command(command, project) if project else command
         text = f"$ {command}{desc}\n{head_tail(out, 900, 600)}".strip()
         key = " ".join(command.split("\n", 1)[0].split())
     elif tool in ("Task", "Agent"):
@@ -2528,12 +2529,43 @@ def tool_capture(payload, data_dir=None):
     return cap
 
 
+def project_command(command, project):
+    """A command as the memory shows it: a first `cd` into the project is no step, and the
+    project's folder is no part of a path (files are project paths everywhere; the agent knows
+    where it works, and the folder would take a quote's room)."""
+    for root in dict.fromkeys((os.path.normpath(project), os.path.realpath(project))):
+        forms = [re.escape(f) for f in dict.fromkeys((root, root.replace(" ", "\\ ")))]
+        folder = "|".join(forms + [f'"{f}"' for f in forms] + [f"'{f}'" for f in forms])
+        command = re.sub(rf"^\s*cd\s+(?:{folder})/?\s*(?:&&|;)\s*", "", command, count=1)
+        for form in dict.fromkeys((root, root.replace(" ", "\\ "))):
+            command = command.replace(form + "/", "")
+    return command
+
+
 # A shell word that may be a path (quotes, operators and redirections split words); the
 # operators between the steps of a command line (a `cd` holds for the steps after it).
 _SHELL_WORD_RE = LazyRe(r"""[^\s'"`;|&<>(){}\[\]=,]+""")
+# A word as the shell reads it: quoted, or with escaped characters (`my\ app/x.py`): a path
+# with a space is one word.
+_SHELL_ARG_RE = LazyRe(r"""'[^'\n]{0,300}'|"[^"\n]{0,300}"|(?:[^\s'"`;|&<>(){}\[\]=,\\]|\\.)+""")
 _SHELL_STEP_RE = LazyRe(r"&&|\|\||[;\n|]")
-_SHELL_CD_RE = LazyRe(r"""\s*(?:\(\s*)?(?:cd|pushd)(?:\s+("[^"]*"|'[^']*'|[^\s"']\S*))?\s*$""")
+_SHELL_CD_RE = LazyRe(r"""\s*(?:\(\s*)?(?:cd|pushd)(?:\s+("[^"]*"|'[^']*'|(?:[^\s"'\\]|\\.)(?:[^\s\\]|\\.)*))?\s*$""")
 _FILE_NAME_RE = LazyRe(r"[\w.@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}")
+
+
+def _shell_unquote(word):
+    return word[1:-1] if word[:1] in "'\"" and word[-1:] == word[:1] and len(word) > 1 else re.sub(r"\\(.)", r"\1", word)
+
+
+def _shell_words(step):
+    """The words of a command step that may be paths: a quoted or escaped word whole when it
+    looks like a path (`"my app/src/a.ts"`), else the words inside it (a commit message)."""
+    for arg in _SHELL_ARG_RE.findall(step):
+        word = _shell_unquote(arg)
+        if word != arg and " " in word and _FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]):
+            yield word
+        else:
+            yield from _SHELL_WORD_RE.findall(word)
 
 
 def _command_paths(command, base=None):
@@ -2558,14 +2590,14 @@ def _command_paths(command, base=None):
         if cd and step.lstrip().startswith("(") and outside is None:
             outside = where
         if cd:
-            target = (cd.group(1) or "~").strip("'\"") or "~"
+            target = _shell_unquote(cd.group(1) or "~") or "~"
             if where is None or target[0] in "~-" or "$" in target:
                 where = None
             else:
                 where = os.path.normpath(os.path.join(where, target))
                 where = "" if where == "." else where
             continue
-        for word in _SHELL_WORD_RE.findall(step):
+        for word in _shell_words(step):
             word = word.strip(":")
             if len(word) <= FILE_PATH_CHARS and not word.startswith("-") and "://" not in word \
                     and _FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]):

@@ -66,6 +66,10 @@ def test_a_file_of_a_git_worktree_of_the_project_is_the_project_file(project, tm
 def test_a_shell_command_names_the_files_it_runs_not_its_options_urls_or_folders():
     assert ais._command_paths("pytest tests/test_api.py -k login; cat src/app.ts | head > out.log") == [
         "tests/test_api.py", "src/app.ts", "out.log"]
+    # A folder with a space, escaped or quoted, is one path; a quoted message is still words.
+    assert ais._command_paths('cd my\\ app && cat "docs/user guide/intro.md" src/a\\ b/x.py') == [
+        "my app/docs/user guide/intro.md", "my app/src/a b/x.py"]
+    assert ais._command_paths('git commit -m "fix the login.py bug"') == ["login.py"]
     assert ais._command_paths("git push origin main --force; curl https://x.io/a.json; ls src/") == []
 
 
@@ -124,6 +128,23 @@ def test_a_tool_capture_records_the_files_it_touched(project, tool, tool_input, 
     entry = ais.prepare_capture(cap["text"], cap["source"], cap["file"], origin=cap["origin"],
                                 files=cap.get("files"), op=cap.get("op"))
     assert entry.get("files") == files and entry.get("op") == op
+
+
+def test_a_command_is_kept_with_project_paths_and_without_a_cd_into_the_project(project):
+    """`cd /abs/project && pytest` is `pytest` to the memory: the agent knows where it works, and
+    the folder would take a quote's room; its files are read from the command as it ran."""
+    root = project / "my app"
+    root.mkdir()
+    escaped = str(root).replace(" ", "\\ ")
+    cap = ais.tool_capture({"tool_name": "Bash", "tool_input": {
+        "command": f"cd {escaped} && python3 {escaped}/scripts/run.py --check src/a.py",
+        "description": "Check"}, "tool_response": {"stdout": "ok"}, "cwd": str(root)}, str(root / ".ai"))
+    assert cap["text"].startswith("$ python3 scripts/run.py --check src/a.py (Check)"), cap["text"]
+    assert cap["command"] == "python3 scripts/run.py --check src/a.py"
+    assert cap["files"] == ["scripts/run.py", "src/a.py"]
+    other = ais.tool_capture({"tool_name": "Bash", "tool_input": {"command": f'cd "{root}/web" && npm test'},
+                              "tool_response": {"stdout": ""}, "cwd": str(root)}, str(root / ".ai"))
+    assert other["text"].startswith('$ cd "web" && npm test')
 
 
 def test_a_capture_keeps_files_only_with_a_known_operation_and_redacts_them():
