@@ -3846,6 +3846,15 @@ _RULE_STANDING_RE = LazyRe(
     r"systématiquement|par défaut|tou(?:s|tes) (?:les|nos|tes|vos)|chaque|cada|"
     r"a partir de ahora|de ahora en adelante|en adelante|desde ahora|siempre|nunca|cada vez|por defecto|"
     r"tod(?:os|as) (?:los|las|tus|nuestros|nuestras))\b", re.I)
+# A direction for the turn at hand, not a standing one ("don't write any code yet, just respond
+# in chat"), unless it also says it holds from now on.
+_RULE_TURN_RE = LazyRe(
+    r"\b(?:yet|this time|at this (?:given )?point|in (?:the )?chat|(?:just|only) (?:respond|reply|answer|report|"
+    r"diagnose|explain)|cette fois|pas encore|dans le chat|esta vez|todav[ií]a|en el chat)\b", re.I)
+_RULE_FOREVER_RE = LazyRe(
+    r"\b(?:from now on|going forward|moving forward|from here on|henceforth|always|never|every ?time|"
+    r"à partir de maintenant|dorénavant|désormais|toujours|jamais|a partir de ahora|de ahora en adelante|"
+    r"siempre|nunca)\b", re.I)
 # Weaker signs a direction is standing, enough for a rule that names a value or an aspect: a
 # convention, a practice begun, names or kinds of code objects in general ("in method names").
 _RULE_GENERAL_RE = LazyRe(
@@ -3939,6 +3948,8 @@ def _rule_sentence(piece):
     # what it uses.
     standing = _RULE_STANDING_RE.search(body)
     if not standing and not (_RULE_GENERAL_RE.search(body) and (_RULE_VALUE_RE.search(body) or _RULE_ASPECT_RE.search(body))):
+        return None
+    if _RULE_TURN_RE.search(body) and not _RULE_FOREVER_RE.search(body):
         return None
     always = [m for m in _RULE_ALWAYS_RE.finditer(body) if not m.group(1)]
     directed = always or _RULE_IMPERATIVE_RE.match(core) or _RULE_CUE_RE.search(body)

@@ -30,6 +30,8 @@ DAY = 86400.0
     ("I want to emphasize the importance of including assert statements in your functions.",
      "Include assert statements in functions"),
     ("Never push to main directly!", "Never push to main directly"),
+    ("From now on, don't write any code yet before I approve the plan.",
+     "Don't write any code yet before I approve the plan"),
     ("Quick update: going forward, start variable names with 'vr_' instead.", "Start variable names with 'vr_'"),
     ("Include a single digit in your method names from now on.", "Include a single digit in method names"),
     ("À partir de maintenant, utilise le préfixe 'x_' pour les noms de variables.",
@@ -56,6 +58,9 @@ def test_natural_rules_are_detected_in_their_directive_sentence(text, rule):
     "Toujours ravi de t'aider !", "Siempre feliz de ayudar.", "Je suis toujours content de ce code.",
     "Keep in mind that the weather is nice.", "Remember that efficiency is key in software engineering.",
     "Write the parser for the invoice files.", "Use the new API in auth.py.",
+    # Directions for the turn at hand: held as rules, they would stop the agent writing code later.
+    "Don't change any code, just diagnose and respond in chat.", "Do not write any code yet or modify any files.",
+    "N'écris pas encore de code pour le moment.", "No escribas ningún código todavía.",
 ])
 def test_tasks_small_talk_habits_and_vague_advice_are_not_rules(text):
     assert ai.detect_rules(text) == []
