@@ -3855,6 +3855,16 @@ _RULE_FOREVER_RE = LazyRe(
     r"\b(?:from now on|going forward|moving forward|from here on|henceforth|always|never|every ?time|"
     r"à partir de maintenant|dorénavant|désormais|toujours|jamais|a partir de ahora|de ahora en adelante|"
     r"siempre|nunca)\b", re.I)
+# A task's verb: "merge all changes back to main" is one job on everything, where "add the
+# decorator to all functions" is a convention; standing when an event or a place makes it so
+# ("remove all prints before committing", "run the linter on every file").
+_RULE_TASK_VERB_RE = LazyRe(
+    r"^(?:please\s+)?(?:merge|read|push|pull|deploy|fix|run|check|look|remove|delete|revert|rebase|move|copy|"
+    r"install|investigate|analy[sz]e|commit|clone|open|show|explain|list|find|search|rename|refactor|migrate|"
+    r"convert|upgrade|debug|restart|stop|kill|clean)\b", re.I)
+_RULE_HABIT_RE = LazyRe(
+    r"\b(?:before|after|when|while)\s+\w+ing\b|"
+    r"\b(?:before|after|on|in|for|to|into|across|throughout|within)\s+(?:all|every|each|any)\b", re.I)
 # Weaker signs a direction is standing, enough for a rule that names a value or an aspect: a
 # convention, a practice begun, names or kinds of code objects in general ("in method names").
 _RULE_GENERAL_RE = LazyRe(
@@ -3951,6 +3961,10 @@ def _rule_sentence(piece):
         return None
     if _RULE_TURN_RE.search(body) and not _RULE_FOREVER_RE.search(body):
         return None
+    if (standing and _RULE_TASK_VERB_RE.match(core) and not _RULE_HABIT_RE.search(body)
+            and all(m.group(0).split()[0].lower() in ("all", "every", "each", "any")
+                    for m in _RULE_STANDING_RE.finditer(body))):
+        return None  # "all" of a task's object, nothing that makes it last
     always = [m for m in _RULE_ALWAYS_RE.finditer(body) if not m.group(1)]
     directed = always or _RULE_IMPERATIVE_RE.match(core) or _RULE_CUE_RE.search(body)
     if not directed or not _RULE_OBJECT_RE.search(body):

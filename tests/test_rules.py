@@ -32,6 +32,8 @@ DAY = 86400.0
     ("Never push to main directly!", "Never push to main directly"),
     ("From now on, don't write any code yet before I approve the plan.",
      "Don't write any code yet before I approve the plan"),
+    ("Remove all print statements before committing.", "Remove all print statements before committing"),
+    ("Run the linter on every file you touch.", "Run the linter on every file you touch"),
     ("Quick update: going forward, start variable names with 'vr_' instead.", "Start variable names with 'vr_'"),
     ("Include a single digit in your method names from now on.", "Include a single digit in method names"),
     ("À partir de maintenant, utilise le préfixe 'x_' pour les noms de variables.",
@@ -61,6 +63,9 @@ def test_natural_rules_are_detected_in_their_directive_sentence(text, rule):
     # Directions for the turn at hand: held as rules, they would stop the agent writing code later.
     "Don't change any code, just diagnose and respond in chat.", "Do not write any code yet or modify any files.",
     "N'écris pas encore de code pour le moment.", "No escribas ningún código todavía.",
+    # A task on "all" of its object is one job; a pasted build warning is no direction.
+    "Merge all changes back to the branch release_1.", "Push all branches to origin.",
+    "Run script build phase '[CP-User] Check deps' will be run during every build because 'Based on analysis' is off.",
 ])
 def test_tasks_small_talk_habits_and_vague_advice_are_not_rules(text):
     assert ai.detect_rules(text) == []
