@@ -3847,14 +3847,13 @@ _RULE_STANDING_RE = LazyRe(
     r"a partir de ahora|de ahora en adelante|en adelante|desde ahora|siempre|nunca|cada vez|por defecto|"
     r"tod(?:os|as) (?:los|las|tus|nuestros|nuestras))\b", re.I)
 # A direction for the turn at hand, not a standing one ("don't write any code yet, just respond
-# in chat"), unless it also says it holds from now on.
+# in chat"), unless a word other than a quantifier says it lasts ("from now on", "always").
 _RULE_TURN_RE = LazyRe(
     r"\b(?:yet|this time|at this (?:given )?point|in (?:the )?chat|(?:just|only) (?:respond|reply|answer|report|"
     r"diagnose|explain)|cette fois|pas encore|dans le chat|esta vez|todav[ií]a|en el chat)\b", re.I)
-_RULE_FOREVER_RE = LazyRe(
-    r"\b(?:from now on|going forward|moving forward|from here on|henceforth|always|never|every ?time|"
-    r"à partir de maintenant|dorénavant|désormais|toujours|jamais|a partir de ahora|de ahora en adelante|"
-    r"siempre|nunca)\b", re.I)
+# The quantifiers among the signs of _RULE_STANDING_RE: "any code", "all changes" say how much,
+# not how long.
+RULE_QUANTIFIERS = frozenset("all every each any chaque tous toutes cada todos todas".split())
 # A task's verb: "merge all changes back to main" is one job on everything, where "add the
 # decorator to all functions" is a convention; standing when an event or a place makes it so
 # ("remove all prints before committing", "run the linter on every file").
@@ -3959,12 +3958,10 @@ def _rule_sentence(piece):
     standing = _RULE_STANDING_RE.search(body)
     if not standing and not (_RULE_GENERAL_RE.search(body) and (_RULE_VALUE_RE.search(body) or _RULE_ASPECT_RE.search(body))):
         return None
-    if _RULE_TURN_RE.search(body) and not _RULE_FOREVER_RE.search(body):
-        return None
-    if (standing and _RULE_TASK_VERB_RE.match(core) and not _RULE_HABIT_RE.search(body)
-            and all(m.group(0).split()[0].lower() in ("all", "every", "each", "any")
-                    for m in _RULE_STANDING_RE.finditer(body))):
-        return None  # "all" of a task's object, nothing that makes it last
+    lasting = any(m.group(0).split()[0].lower() not in RULE_QUANTIFIERS for m in _RULE_STANDING_RE.finditer(body))
+    if not lasting and (_RULE_TURN_RE.search(body) or (
+            standing and _RULE_TASK_VERB_RE.match(core) and not _RULE_HABIT_RE.search(body))):
+        return None  # for the turn at hand, or "all" of a task's object
     always = [m for m in _RULE_ALWAYS_RE.finditer(body) if not m.group(1)]
     directed = always or _RULE_IMPERATIVE_RE.match(core) or _RULE_CUE_RE.search(body)
     if not directed or not _RULE_OBJECT_RE.search(body):
