@@ -455,6 +455,8 @@ BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHA
 BRIEF_TOPICS = 6
 # The start of a conclusion always kept (its first sentences up to this length).
 CONCLUSION_HEAD_CHARS = 40
+# Words of a sentence at most that only leads into a list ("Here's the full summary:").
+LEADIN_WORDS = 8
 # Characters of the briefing's files line (whole paths only); of an other work-stream's title,
 # and of its topics (whole ones); the most room kept for the other work-streams (their header
 # and the whole lines that fit); the least room a line is cut to.
@@ -1754,8 +1756,11 @@ def rewrite_raw_files(store, clean):
 ACKNOWLEDGEMENTS = frozenset("""
 ok okay k kk yes yep yeah yup no nope sure thanks thank thx ty cool nice great perfect fine good
 done go ahead continue proceed next right alright agreed indeed correct exactly lgtm ack noted
+awesome excellent amazing wonderful brilliant fantastic superb
 merci beaucoup oui non ouais daccord d'accord d’accord bon parfait super bien top nickel vas-y suivant exact
+génial impeccable magnifique
 gracias muchas sí si vale perfecto bueno claro genial listo adelante sigue correcto exacto de acuerdo
+excelente estupendo increíble fantástico
 """.split())
 _MARKUP_RE = LazyRe(
     r"<(system-reminder|ide_[a-z_]+|command-[a-z-]+|local-command-[a-z-]+|user-prompt-submit-hook)"
@@ -8738,13 +8743,28 @@ _PLAN_RE = LazyRe(r"(?:(?:now|ok|okay|alright|maintenant|ahora)[,!.]?\s+)?(?:let
                   r"laisse-moi|voy a|déjame|dejame)\b", re.I)
 
 
+# A short sentence that only leads into the list or summary below it ("Here's the full summary:",
+# "Changes Made", "What was done"): the list says what was done, the lead-in does not.
+_LEADIN_RE = LazyRe(r"(?:here(?:'s|’s| is| are)|below is|(?:a |the )?(?:full |quick |brief )?summary|overview|"
+                    r"(?:key )?changes(?: made)?|files (?:updated|changed|modified|created)|what (?:was|i|we) (?:done|did|changed|fixed|built)|current status|"
+                    r"voici|résumé|ce qui a été fait|modifications|aquí (?:está|tienes)|resumen|lo que se hizo|cambios)\b",
+                    re.I)
+
+
+def leads_in(sentence):
+    """A lead-in says nothing after a colon ("Summary: the export streams" is a conclusion)."""
+    return (len(sentence.split()) <= LEADIN_WORDS and bool(_LEADIN_RE.match(sentence))
+            and not re.search(r":\s*\S", sentence))
+
+
 def conclusion_of(text):
     """What an answer concluded: its first sentences (a first word alone, "Perfect!", "Done ✅",
-    says nothing, nor a sentence announcing what comes next: "Let me summarize."), and the
-    sentences on what is next or left."""
+    says nothing, nor a sentence announcing what comes next: "Let me summarize.", nor one that
+    leads into a list: "Here's the summary:"), and the sentences on what is next or left."""
     sentences = sentences_of(text)
     while len(sentences) > 1 and (len(sentences[0].split()) == 1 or _PLAN_RE.match(sentences[0])):
         sentences.pop(0)
+    sentences = [x for x in sentences if not leads_in(x)] or sentences
     if not sentences:
         return ""
     head = 1

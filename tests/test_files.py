@@ -640,6 +640,18 @@ def test_a_conclusion_skips_cheers_and_announcements():
     assert ais.conclusion_of("Let me check.") == "Let me check."  # nothing else to say
 
 
+def test_a_conclusion_skips_the_lead_in_to_its_list():
+    text = ("All three agents are done. Here's the full summary:\n\n---\n\n## What was done\n\n"
+            "### Audio Refactor (expo-av → expo-audio)\n- `useAudioPlayer.ts` rewritten with expo-audio")
+    assert ais.conclusion_of(text) == "All three agents are done. Audio Refactor (expo-av → expo-audio)."
+    assert ais.conclusion_of("Voici le résumé :\n- L'export est en streaming.") == "L'export est en streaming."
+    assert ais.conclusion_of("Resumen de cambios:\n- La exportación ahora usa streaming.") == \
+        "La exportación ahora usa streaming."
+    # A colon followed by what was done is the conclusion itself; a lead-in alone stays.
+    assert ais.conclusion_of("Summary: the export streams now.") == "Summary: the export streams now."
+    assert ais.conclusion_of("Here's the summary:") == "Here's the summary."
+
+
 def test_the_briefing_names_the_last_task_before_any_thread_is_stored(project):
     store = ais.Store(str(project / ".ai"))
     store.ensure()

@@ -31,6 +31,7 @@ def test_docstring_examples(test):
     "ok", "OK.", "okay!", "thanks!", "thank you", "yes please", "lgtm", "go ahead", "sure, continue",
     "merci", "Merci !", "ok merci", "d'accord", "d’accord", "parfait, merci", "c'est bon", "oui vas-y",
     "gracias", "muchas gracias", "vale, perfecto", "de acuerdo", "sí", "claro", "👍", "", "   ",
+    "Awesome!", "excellent, thanks", "Génial, merci !", "¡Excelente!",
 ])
 def test_acknowledgements_are_noise(text):
     assert ai.is_noise(text)
@@ -42,6 +43,7 @@ def test_acknowledgements_are_noise(text):
     "merci, maintenant ajoute la pagination à l'API",
     "gracias, ahora añade la paginación a la API",
     "fix the flaky login test",
+    "awesome, now add the export",
 ])
 def test_real_requests_are_not_noise(text):
     assert not ai.is_noise(text)

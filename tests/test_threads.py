@@ -237,6 +237,8 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     assert ais.EXTRACTOR.extract("Great. Now add the CSV export to the report page", "prompt")["title"] == \
         "Now add the CSV export to the report page"
     assert ais.EXTRACTOR.extract("Perfect! The export works.\nNext: the PDF", "assistant")["title"] == "The export works."
+    assert ais.EXTRACTOR.extract("Awesome! Now the narration audio does not play", "prompt")["title"] == \
+        "Now the narration audio does not play"
     assert ais.EXTRACTOR.extract("Great.", "prompt")["title"] == "Great."
 
 
