@@ -1772,6 +1772,9 @@ _TASK_NOTE_RE = LazyRe(r"<task-notification>(?:[^<]|<(?!summary>|task-notificati
                        r"(?:[^<]|<(?!/?task-notification>))*</task-notification>")
 _CONTROL_RE = LazyRe(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")  # surrogates: not UTF-8
 _PREFIX_RE = LazyRe(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:\s*", re.I)
+# A slash command (`/prime`, `/commit`, `/sc:review src`): however short, it names a procedure
+# the project runs again, and the files its earlier runs touched are the next run's.
+_SLASH_COMMAND_RE = LazyRe(r"/[\w.:-]{2,64}(?:\s|$)")
 # A shell prompt before a command pasted from a terminal (`me@mac app % npm test`,
 # `me@box:~/app$ make`, `(venv) me@box app % pytest`, `PS C:\app> npm run build`): the user's
 # and machine's names are no topic, and the command is what the work is.
@@ -5621,7 +5624,8 @@ def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=N
         if ts is None:
             raise UsageError(f"--at must be a time between 1970 and 9999: {str(at)[:60]!r}")
     cleaned = clean_for_storage(text)
-    if is_noise(cleaned, min_chars=8 if source == "prompt" else 3) or cleaned.startswith(LLM_PROMPT_MARKER):
+    short = 8 if source == "prompt" and not _SLASH_COMMAND_RE.match(cleaned) else 3
+    if is_noise(cleaned, min_chars=short) or cleaned.startswith(LLM_PROMPT_MARKER):
         return None  # noise, or the product's own LLM prompt (anti-loop: it is never memory)
     if origin not in ORIGINS:
         origin = source if source in ORIGINS else "prompt"

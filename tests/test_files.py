@@ -543,6 +543,22 @@ def test_a_prompt_of_acknowledgements_ranks_the_files_by_the_work_not_by_its_wor
     assert [p for p, _ in mem.file_table().rank("continue the parser cleanup", 1)] == ["src/parser.py"]
 
 
+def test_a_slash_command_run_again_ranks_the_files_its_earlier_run_touched(project):
+    """ "/prime" is short, yet a prompt: the next session's "/prime" reads what the last one read."""
+    mem = ais.open_memory(str(project))
+    cap = mem.store.inbox_append
+    cap(ais.prepare_capture("/prime", "prompt", session_id="s1"))
+    for path in ("README.md", "docs/architecture.md"):
+        cap(ais.prepare_capture(f"Read {path}:\n# notes", "tool:Read", session_id="s1", files=[path], op="read"))
+    cap(ais.prepare_capture("make the server answer 404 on unknown routes", "prompt", session_id="s1"))
+    for k in range(3):
+        for path in ("src/server.go", "src/routes.go"):
+            cap(ais.prepare_capture(f"Edited {path}:\n- a{k}\n+ b{k}", "tool:Edit", session_id="s1",
+                                    files=[path], op="edit"))
+    mem.flush()
+    assert sorted(p for p, _ in mem.file_table().rank("/prime", 2)) == ["README.md", "docs/architecture.md"]
+
+
 def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_work():
     now = 1_800_000_000
     at = ais.iso(now - 3600)

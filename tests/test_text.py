@@ -38,6 +38,11 @@ def test_acknowledgements_are_noise(text):
     assert ai.prepare_capture(text) is None
 
 
+def test_a_short_slash_command_is_a_prompt_a_short_word_is_not():
+    assert [bool(ai.prepare_capture(t)) for t in ("/prime", "/sc:review", "/init src", "why?", "/x", "/ok")] == \
+        [True, True, True, False, False, False]
+
+
 @pytest.mark.parametrize("text", [
     "ok, now migrate the users table to postgres",
     "merci, maintenant ajoute la pagination à l'API",
