@@ -2086,6 +2086,8 @@ CONCEPT_KIN = {"database": "migration", "migration": "database", "ui": "style", 
 _WORD_RE = LazyRe(r"[^\W_][\w'’-]*[^\W_]|[^\W_]", re.U)
 # A path with a directory part: only its last part names something (the folders are the
 # install location, /tmp, a home).
+# A path from a root or a home folder (`/home/me/app/x.ts`, `~/x`, `C:\\app\\x.ts`): not a project path.
+_ABS_PATH_RE = LazyRe(r"[A-Za-z]:|~|[/\\]")
 _PATH_RE = LazyRe(r"(?:[A-Za-z]:)?(?:~|\.{1,2})?(?:[/\\][\w.@+-]+){2,}|(?:[\w.@+-]+/){2,}[\w.@+-]+")
 # The runs of its characters it is tried on (the same matches): on one long run (a pasted
 # blob, a minified line) it would backtrack in quadratic time; a longer run is no path.
@@ -2385,6 +2387,9 @@ class HeuristicExtractor:
         elif origin == "command" and first.startswith("$ "):
             desc = re.search(r" \(([^()]{3,200})\)$", first)
             first = desc.group(1) if desc else sub_paths(lambda m: re.split(r"[/\\]", m.group(0))[-1], first)
+        elif origin == "prompt":  # a file dragged into the prompt: its name, not the folders above it
+            first = sub_paths(lambda m: re.split(r"[/\\]", m.group(0))[-1] if _ABS_PATH_RE.match(m.group(0))
+                              else m.group(0), first)
         return shorten(first or origin, 70)
 
     @staticmethod

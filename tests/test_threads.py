@@ -240,6 +240,12 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     assert ais.EXTRACTOR.extract("Awesome! Now the narration audio does not play", "prompt")["title"] == \
         "Now the narration audio does not play"
     assert ais.EXTRACTOR.extract("Great.", "prompt")["title"] == "Great."
+    # A file dragged into the prompt is named, not the folders above it; a project path stays.
+    assert ais.EXTRACTOR.extract("/build_prompt /home/greg/app/docs/prompt_work/fc1.yaml", "prompt")["title"] == \
+        "/build_prompt fc1.yaml"
+    assert ais.EXTRACTOR.extract("why is C:\\app\\logs\\run.json empty? see src/app/api/route.ts",
+                                 "prompt")["title"] == "why is run.json empty?"
+    assert ais.EXTRACTOR.extract("see src/app/api/route.ts", "prompt")["title"] == "see src/app/api/route.ts"
 
 
 def test_thread_topics_lean_on_what_people_said(project):
