@@ -2748,6 +2748,45 @@ def resolution_of(text):
     return ""
 
 
+# A sentence on what is open: a question, a todo, a next step.
+_OPEN_RE = LazyRe(r"\?\s*$|\b(todo|to do|open question|next step|not yet|remaining|still need|"
+                  r"à faire|reste à|pendiente|falta)\b|\b(?:next|ensuite|siguiente)\s*:", re.I)
+# A sentence that announces what the agent is about to do ("Let me summarize…"): no conclusion.
+_PLAN_RE = LazyRe(r"(?:(?:now|ok|okay|alright|maintenant|ahora)[,!.]?\s+)?(?:let me|let's|i'll|i will|je vais|"
+                  r"laisse-moi|voy a|déjame|dejame)\b", re.I)
+# A short sentence that only leads into the list or summary below it ("Here's the full summary:",
+# "Changes Made", "What was done"): the list says what was done, the lead-in does not.
+_LEADIN_RE = LazyRe(r"(?:here(?:'s|’s| is| are)|below is|(?:a |the )?(?:full |quick |brief )?summary|overview|"
+                    r"(?:key )?changes(?: made)?|files (?:updated|changed|modified|created)|"
+                    r"what (?:was|i|we) (?:done|did|changed|fixed|built)|current status|"
+                    r"voici|résumé|ce qui a été fait|modifications|aquí (?:está|tienes)|resumen|lo que se hizo|cambios)\b",
+                    re.I)
+
+
+def leads_in(sentence):
+    """A lead-in says nothing after a colon ("Summary: the export streams" is a conclusion)."""
+    return (len(sentence.split()) <= LEADIN_WORDS and bool(_LEADIN_RE.match(sentence))
+            and not re.search(r":\s*\S", sentence))
+
+
+def conclusion_of(text):
+    """What an answer concluded: its first sentences (a first word alone, "Perfect!", "Done ✅",
+    says nothing, nor a sentence announcing what comes next: "Let me summarize.", nor one that
+    leads into a list: "Here's the summary:"), and the sentences on what is next or left."""
+    sentences = sentences_of(text)
+    while len(sentences) > 1 and (len(sentences[0].split()) == 1 or _PLAN_RE.match(sentences[0])):
+        sentences.pop(0)
+    sentences = [x for x in sentences if not leads_in(x)] or sentences
+    if not sentences:
+        return ""
+    head = 1
+    while head < len(sentences) and sum(map(len, sentences[:head])) < CONCLUSION_HEAD_CHARS:
+        head += 1
+    rest = [x for x in sentences[head:] if _OPEN_RE.search(x)]
+    # A heading ("Validation Complete") ends where the next sentence starts.
+    return " ".join(x if x[-1] in ".!?:;…" else x + "." for x in [*sentences[:head], *rest[-2:]])
+
+
 # ==== 5. Embedders ====
 # Every embedder has `id`, `dim` and `embed(texts) -> [array('f')]` of unit vectors. Vectors are
 # stored with the id of the model that made them: vectors of different models are never
@@ -8747,43 +8786,6 @@ def join_within(items, chars):
     return ", ".join(out)
 
 
-# A sentence that announces what the agent is about to do ("Let me summarize…"): no conclusion.
-_PLAN_RE = LazyRe(r"(?:(?:now|ok|okay|alright|maintenant|ahora)[,!.]?\s+)?(?:let me|let's|i'll|i will|je vais|"
-                  r"laisse-moi|voy a|déjame|dejame)\b", re.I)
-
-
-# A short sentence that only leads into the list or summary below it ("Here's the full summary:",
-# "Changes Made", "What was done"): the list says what was done, the lead-in does not.
-_LEADIN_RE = LazyRe(r"(?:here(?:'s|’s| is| are)|below is|(?:a |the )?(?:full |quick |brief )?summary|overview|"
-                    r"(?:key )?changes(?: made)?|files (?:updated|changed|modified|created)|what (?:was|i|we) (?:done|did|changed|fixed|built)|current status|"
-                    r"voici|résumé|ce qui a été fait|modifications|aquí (?:está|tienes)|resumen|lo que se hizo|cambios)\b",
-                    re.I)
-
-
-def leads_in(sentence):
-    """A lead-in says nothing after a colon ("Summary: the export streams" is a conclusion)."""
-    return (len(sentence.split()) <= LEADIN_WORDS and bool(_LEADIN_RE.match(sentence))
-            and not re.search(r":\s*\S", sentence))
-
-
-def conclusion_of(text):
-    """What an answer concluded: its first sentences (a first word alone, "Perfect!", "Done ✅",
-    says nothing, nor a sentence announcing what comes next: "Let me summarize.", nor one that
-    leads into a list: "Here's the summary:"), and the sentences on what is next or left."""
-    sentences = sentences_of(text)
-    while len(sentences) > 1 and (len(sentences[0].split()) == 1 or _PLAN_RE.match(sentences[0])):
-        sentences.pop(0)
-    sentences = [x for x in sentences if not leads_in(x)] or sentences
-    if not sentences:
-        return ""
-    head = 1
-    while head < len(sentences) and sum(map(len, sentences[:head])) < CONCLUSION_HEAD_CHARS:
-        head += 1
-    rest = [x for x in sentences[head:] if _OPEN_RE.search(x)]
-    # A heading ("Validation Complete") ends where the next sentence starts.
-    return " ".join(x if x[-1] in ".!?:;…" else x + "." for x in [*sentences[:head], *rest[-2:]])
-
-
 def repeats(a, b):
     """True when the shorter text's start is in the other (a title is often its task's prompt
     cut short; a resolved outcome, a sentence of the conclusion)."""
@@ -9199,8 +9201,6 @@ def hook_end(store, payload, mem):
 
 _DECISION_RE = LazyRe(r"\b(decided|decision|we will|we'll|let's|chose|chosen|going with|instead of|"
                           r"settled on|agreed|décid\w*|on va|choisi|decidi\w*|vamos a|elegi\w*)\b", re.I)
-_OPEN_RE = LazyRe(r"\?\s*$|\b(todo|to do|open question|next step|not yet|remaining|still need|"
-                      r"à faire|reste à|pendiente|falta)\b|\b(?:next|ensuite|siguiente)\s*:", re.I)
 
 
 def transcript_texts(path, max_bytes=TRANSCRIPT_TAIL_BYTES):
