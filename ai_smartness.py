@@ -7108,7 +7108,7 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
         thread, last = current
         line = tr("ctx_current", lang, title=cut_text(thread["title"], 80), age=age_ago(now - ts_of(thread, "last_active"), lang))
         if last:
-            line += " " + tr("ctx_last", lang, text=last["text"])
+            line += " " + tr("ctx_last", lang, text=conclusion_of(last["text"]))
         head += "\n" + cut_text(line, budget // 8)
     tail = []
     rules_line = render_rules(rules, qterms, int(budget * RULES_SHARE), lang)

@@ -378,6 +378,21 @@ def test_the_current_work_shows_the_threads_latest_conclusion(project):
     assert "src/tok.py" in text.splitlines()[1]
 
 
+def test_the_current_work_line_says_what_the_last_answer_concluded(project):
+    """Not its cheers, its plan of a summary or the lead-in to its list."""
+    mem = ais.open_memory(str(project))
+    answer = ("Perfect! Now let me provide a comprehensive completion summary:\n\n## ✅ Agent Commit Complete\n"
+              "Both agents were merged into main.\n\n### Files Updated:\n- `src/merge.ts`\n\nNext: delete the worktrees.")
+    for text, source, files in (("merge the agents' work back to main", "prompt", None),
+                                ("Edited src/merge.ts:\n- a\n+ b", "tool:Edit", ["src/merge.ts"]),
+                                (answer, "assistant", None)):
+        mem.store.inbox_append(ais.prepare_capture(text, source, session_id="s1", files=files,
+                                                   op="edit" if files else None))
+    mem.flush()
+    current = next(x for x in mem.context("go on", session="s1")["text"].splitlines() if x.startswith("Current work"))
+    assert current.endswith("Last: Agent Commit Complete. Both agents were merged into main. Next: delete the worktrees.")
+
+
 def test_the_briefing_after_a_gap_says_where_the_work_stopped(project):
     work(project)
     out = hook("start", start_payload("startup", "s2", project), project)
