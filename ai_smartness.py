@@ -3922,6 +3922,8 @@ _RULE_GENERAL_RE = LazyRe(
     r"\b(?:conventions?|practices?|standards?|guidelines?|(?:start|begin) \w+ing|the use of|names|"
     r"(?:your|our)\s+(?:\w+\s+)?\w+s|(?:in|to|for|on|of|with)\s+(?!the\b|this\b|that\b|these\b|those\b|its\b|my\b)"
     r"(?:\w+\s+)?(?:functions|methods|classes|variables|attributes|arguments|parameters|tests|commits|files))\b", re.I)
+# A quoted text in a sentence.
+_RULE_QUOTED_RE = LazyRe(r"(?<!\w)'[^'\n]{1,40}'(?!\w)|\"[^\"\n]{1,40}\"|`[^`\n]{1,60}`")
 # Something concrete the rule acts on: a quoted value, an identifier, a path, a code word.
 _RULE_OBJECT_RE = LazyRe(
     r"(?<!\w)'[^'\n]{1,40}'(?!\w)|\"[^\"\n]{1,40}\"|`[^`\n]+`|@\w+|\b\w+_\w*|\b_\w+|\b\w+\.[a-z]{1,5}\b|\w/\w|"
@@ -4008,7 +4010,9 @@ def _rule_sentence(piece):
     # The small patterns first: most prompts hold no rule, and a hook process compiles only
     # what it uses.
     standing = _RULE_STANDING_RE.search(body)
-    if not standing and not (_RULE_GENERAL_RE.search(body) and (_RULE_VALUE_RE.search(body) or _RULE_ASPECT_RE.search(body))):
+    # A quoted value is what the rule names, never a sign that it is general ("your chess board").
+    general = _RULE_GENERAL_RE.search(_RULE_QUOTED_RE.sub('""', body))
+    if not standing and not (general and (_RULE_VALUE_RE.search(body) or _RULE_ASPECT_RE.search(body))):
         return None
     lasting = any(m.group(0).split()[0].lower() not in RULE_QUANTIFIERS for m in _RULE_STANDING_RE.finditer(body))
     if not lasting and (_RULE_TURN_RE.search(body) or (

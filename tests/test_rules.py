@@ -66,6 +66,8 @@ def test_natural_rules_are_detected_in_their_directive_sentence(text, rule):
     # A task on "all" of its object is one job; a pasted build warning is no direction.
     "Merge all changes back to the branch release_1.", "Push all branches to origin.",
     "Run script build phase '[CP-User] Check deps' will be run during every build because 'Based on analysis' is off.",
+    # The words of a quoted text are the value a task names, no sign of a convention.
+    'Also remove the text "Confirm this shows your chess board" and condense the move widget.',
 ])
 def test_tasks_small_talk_habits_and_vague_advice_are_not_rules(text):
     assert ai.detect_rules(text) == []
