@@ -3908,11 +3908,12 @@ _RULE_TURN_RE = LazyRe(
 RULE_QUANTIFIERS = frozenset("all every each any chaque tous toutes cada todos todas".split())
 # A task's verb: "merge all changes back to main" is one job on everything, where "add the
 # decorator to all functions" is a convention; standing when an event or a place makes it so
-# ("remove all prints before committing", "run the linter on every file").
+# ("remove all prints before committing", "run the linter on every file"). "Do not change any
+# style" bounds the task it comes with; "never change any migration" is a rule.
 _RULE_TASK_VERB_RE = LazyRe(
-    r"^(?:please\s+)?(?:merge|read|push|pull|deploy|fix|run|check|look|remove|delete|revert|rebase|move|copy|"
-    r"install|investigate|analy[sz]e|commit|clone|open|show|explain|list|find|search|rename|refactor|migrate|"
-    r"convert|upgrade|debug|restart|stop|kill|clean)\b", re.I)
+    r"^(?:please\s+)?(?:do\s+not\s+|don'?t\s+)?(?:merge|read|push|pull|deploy|fix|run|check|look|remove|delete|"
+    r"revert|rebase|move|copy|install|investigate|analy[sz]e|commit|clone|open|show|explain|list|find|search|rename|"
+    r"refactor|migrate|convert|upgrade|debug|restart|stop|kill|clean|change|modify|edit|touch|alter)\b", re.I)
 _RULE_HABIT_RE = LazyRe(
     r"\b(?:before|after|when|while)\s+\w+ing\b|"
     r"\b(?:before|after|on|in|for|to|into|across|throughout|within)\s+(?:all|every|each|any)\b", re.I)

@@ -30,6 +30,7 @@ DAY = 86400.0
     ("I want to emphasize the importance of including assert statements in your functions.",
      "Include assert statements in functions"),
     ("Never push to main directly!", "Never push to main directly"),
+    ("Never change any migration file.", "Never change any migration file"),
     ("From now on, don't write any code yet before I approve the plan.",
      "Don't write any code yet before I approve the plan"),
     ("Remove all print statements before committing.", "Remove all print statements before committing"),
@@ -68,6 +69,8 @@ def test_natural_rules_are_detected_in_their_directive_sentence(text, rule):
     "Run script build phase '[CP-User] Check deps' will be run during every build because 'Based on analysis' is off.",
     # The words of a quoted text are the value a task names, no sign of a convention.
     'Also remove the text "Confirm this shows your chess board" and condense the move widget.',
+    # A constraint on the task it comes with ("make it responsive").
+    "Do not change any style or function of the app.",
 ])
 def test_tasks_small_talk_habits_and_vague_advice_are_not_rules(text):
     assert ai.detect_rules(text) == []
