@@ -457,6 +457,9 @@ BRIEF_TOPICS = 6
 CONCLUSION_HEAD_CHARS = 40
 # Words of a sentence at most that only leads into a list ("Here's the full summary:").
 LEADIN_WORDS = 8
+# Characters kept of the last answer's conclusion for the briefing (more than a line: a briefing
+# with room to spare says more of it).
+LAST_CONCLUSION_CHARS = 400
 # Characters of the briefing's files line (whole paths only); of an other work-stream's title,
 # and of its topics (whole ones); the most room kept for the other work-streams (their header
 # and the whole lines that fit); the least room a line is cut to.
@@ -2769,10 +2772,12 @@ def leads_in(sentence):
             and not re.search(r":\s*\S", sentence))
 
 
-def conclusion_of(text):
+def conclusion_of(text, fill=0):
     """What an answer concluded: its first sentences (a first word alone, "Perfect!", "Done ✅",
     says nothing, nor a sentence announcing what comes next: "Let me summarize.", nor one that
-    leads into a list: "Here's the summary:"), and the sentences on what is next or left."""
+    leads into a list: "Here's the summary:"), the sentences after them while the whole stays
+    within `fill` characters (a briefing with room to spare), and the sentences on what is next
+    or left."""
     sentences = sentences_of(text)
     while len(sentences) > 1 and (len(sentences[0].split()) == 1 or _PLAN_RE.match(sentences[0])):
         sentences.pop(0)
@@ -2782,9 +2787,13 @@ def conclusion_of(text):
     head = 1
     while head < len(sentences) and sum(map(len, sentences[:head])) < CONCLUSION_HEAD_CHARS:
         head += 1
-    rest = [x for x in sentences[head:] if _OPEN_RE.search(x)]
+    rest = [x for x in sentences[head:] if _OPEN_RE.search(x)][-2:]
+    size = sum(len(x) + 1 for x in [*sentences[:head], *rest])
+    while head < len(sentences) and sentences[head] not in rest and size + len(sentences[head]) + 1 <= fill:
+        size += len(sentences[head]) + 1
+        head += 1
     # A heading ("Validation Complete") ends where the next sentence starts.
-    return " ".join(x if x[-1] in ".!?:;…" else x + "." for x in [*sentences[:head], *rest[-2:]])
+    return " ".join(x if x[-1] in ".!?:;…" else x + "." for x in [*sentences[:head], *rest])
 
 
 # ==== 5. Embedders ====
@@ -8869,8 +8878,9 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
 
     own = sorted(hot.get("files") or {}, key=lambda p: hot["files"][p].get("at", ""), reverse=True)
     files = list(dict.fromkeys(in_play + own[:BRIEF_OWN_FILES]))
-    last = conclusion_of(hb.get("last_conclusion") or next(
-        (m["text"] for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), ""))
+    said = hb.get("last_conclusion") or next(
+        (m["text"] for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), "")
+    last = conclusion_of(said)
     last = "" if _PLAN_RE.match(last) else last  # only what it was about to do: no conclusion
     title = shorten(hot["title"], BRIEF_TITLE_CHARS)
     where = tr("brief_hot", lang, title=title, age=age_ago(now - ts_of(hot, "last_active"), lang))
@@ -8894,14 +8904,22 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
                     tr("changed_in_git", lang, files=""))
     add(tr("changed_in_git", lang, files=changed), changed)
     outcomes = thread_outcomes(hot)[-1:]  # the latest only
+    at = None  # the line of the last conclusion
     if outcomes and last and repeats(outcomes[0]["text"], last):  # the conclusion says what it resolved
         add(tr("brief_resolved", lang, items=outcome_text(dict(outcomes[0], text=last), lang, BRIEF_SUMMARY_CHARS)))
     else:
+        before = len(lines)
         add(tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS)), last)
+        at = before if len(lines) > before else None
         if outcomes:
             add(tr("brief_resolved", lang, items=outcome_text(outcomes[0], lang, BRIEF_OUTCOME_CHARS)))
     others = pack_lines(others, room - sum(len(x) + 1 for x in lines), cut=False)
-    return lines + (others if len(others) > 1 else [])
+    others = others if len(others) > 1 else []
+    spare = room - sum(len(x) + 1 for x in lines + others)
+    if at is not None and spare > 0:  # the room nothing else took says more of the last conclusion
+        fuller = tr("brief_last", lang, text=conclusion_of(said, len(last) + spare))
+        lines[at] = max(lines[at], shorten(fuller, len(lines[at]) + spare), key=len)
+    return lines + others
 
 
 def proactive_suggestion(threads, prompt, lang):
@@ -9187,7 +9205,8 @@ def hook_stop(store, payload, mem):
         journal(store, with_turn(prepare_capture(text, "assistant", session_id=payload.get("session_id"),
                                                  changed=changed), payload))
     hb = store.heartbeat()
-    done = {"last_conclusion": cut_redacted(conclusion_of(strip_markup(text)), FIELD_CHARS)} if text else {}
+    done = {"last_conclusion": cut_redacted(conclusion_of(strip_markup(text), LAST_CONCLUSION_CHARS),
+                                            LAST_CONCLUSION_CHARS)} if text else {}
     store.update_heartbeat(beats=int(hb.get("beats", 0)) + 1, last_session=payload.get("session_id"),
                            last_thread=store.state().get("hot_thread"), last_interaction=iso(time.time()), **done)
     cfg = mem.cfg if mem else store.config()

@@ -759,6 +759,25 @@ def test_the_last_conclusion_takes_the_room_the_other_work_cannot_use():
     assert lines[-2:] == ["Other recent work:", "- work-stream 2 with a long title with a… (alphabet2, betatron2)"]
 
 
+def test_a_briefing_with_room_to_spare_says_more_of_the_last_conclusion():
+    now = 1_800_000_000
+    hot = {"id": "t1", "title": "ETL pipeline stages", "last_active": ais.iso(now - 3600), "messages": []}
+    answer = ("All set. Here's the summary:\n## Stage 1: entity lookup\nInput: the owners sheet.\n"
+              "Selenium searches each company on the registry and keeps the principals.\n"
+              "## Stage 2: contacts\nThe principals go to the skip-trace API for phones and emails.\n"
+              "Next: wire stage 2 into the monthly run.")
+    lines = ais.where_work_stopped(hot, {}, [], {"last_conclusion": ais.conclusion_of(answer, ais.LAST_CONCLUSION_CHARS)},
+                                   now, "en", 400)
+    assert lines[1] == ("Last: All set. Stage 1: entity lookup. Input: the owners sheet. Selenium searches each company on "
+                        "the registry and keeps the principals. Stage 2: contacts. The principals go to the skip-trace "
+                        "API for phones and emails. Next: wire stage 2 into the monthly run.")
+    # Without room to spare, the line is the conclusion's start and what is next.
+    short = ais.where_work_stopped(hot, {}, [], {"last_conclusion": ais.conclusion_of(answer, ais.LAST_CONCLUSION_CHARS)},
+                                   now, "en", 150)
+    assert short[1] == "Last: All set. Stage 1: entity lookup. Input: the owners sheet. Next: wire stage 2 into…"
+    assert sum(len(x) + 1 for x in short) <= 150
+
+
 def test_the_task_is_not_repeated_when_it_is_the_title():
     now = 1_800_000_000
     hot = {"id": "t1", "title": "fix the login redirect loop on…", "last_active": ais.iso(now - 60), "messages": []}
