@@ -4063,6 +4063,16 @@ def split_rule(rule):
     return out
 
 
+# A first line that runs a command (`npx expo-doctor`, `me@mac app % poetry run …`): the lines
+# after it are what the command printed, whose advice ("Use 'npx expo install --check'…") is no
+# direction of the user's.
+_PASTED_COMMAND_RE = LazyRe(
+    r"\s*(?:\$\s+|[\w.-]{1,64}@[\w.-]{1,64}\S*(?:\s+\S+)?\s?[$#%>]\s+|PS [A-Za-z]:\\[^>\n]{0,200}>\s*)?"
+    r"(?:npx|npm|pnpm|yarn|bun|bunx|node|deno|git|gh|python3?|pip3?|poetry|uv|pytest|cargo|go|make|cmake|docker|"
+    r"kubectl|flutter|dart|expo|gradle|\./gradlew|mvn|bundle|rails|rake|brew|terraform|dotnet|swift|xcodebuild)"
+    r"(?:[ \t][^\n]*[^\n.!?:;,])?[ \t]*\n")
+
+
 def detect_rules(text):
     """The user rules a prompt states, one per sentence, in en / fr / es.
 
@@ -4085,6 +4095,8 @@ def detect_rules(text):
     ([], [])
     """
     found, before = [], ""
+    if _PASTED_COMMAND_RE.match(text or ""):
+        return found
     for piece in re.split(r"\n+|(?<=[.!?])\s+", text or ""):
         rule = _rule_sentence(piece)
         for part in split_rule(rule) if rule else ():

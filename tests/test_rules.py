@@ -31,6 +31,7 @@ DAY = 86400.0
      "Include assert statements in functions"),
     ("Never push to main directly!", "Never push to main directly"),
     ("Never change any migration file.", "Never change any migration file"),
+    ("git push failed again.\nFrom now on, always rebase before pushing.", "Always rebase before pushing"),
     ("From now on, don't write any code yet before I approve the plan.",
      "Don't write any code yet before I approve the plan"),
     ("Remove all print statements before committing.", "Remove all print statements before committing"),
@@ -71,6 +72,10 @@ def test_natural_rules_are_detected_in_their_directive_sentence(text, rule):
     'Also remove the text "Confirm this shows your chess board" and condense the move widget.',
     # A constraint on the task it comes with ("make it responsive").
     "Do not change any style or function of the app.",
+    # What a command printed, pasted after it: its advice is the tool's, not the user's.
+    "npx expo-doctor\n\nnpm warn Unknown user config\nAdvice:\nUse 'npx expo install --check' to review and upgrade "
+    "your dependencies.",
+    "dana@mac app % npm install\nnpm notice: Always run npm audit before publishing.",
 ])
 def test_tasks_small_talk_habits_and_vague_advice_are_not_rules(text):
     assert ai.detect_rules(text) == []
