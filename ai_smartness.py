@@ -4067,7 +4067,8 @@ def split_rule(rule):
 # after it are what the command printed, whose advice ("Use 'npx expo install --check'…") is no
 # direction of the user's.
 _PASTED_COMMAND_RE = LazyRe(
-    r"\s*(?:\$\s+|[\w.-]{1,64}@[\w.-]{1,64}\S*(?:\s+\S+)?\s?[$#%>]\s+|PS [A-Za-z]:\\[^>\n]{0,200}>\s*)?"
+    r"[ \t\n]{0,200}(?:\$[ \t]+|[\w.-]{1,64}@[\w.-]{1,64}\S{0,200}(?:[ \t]+\S{1,200})?[ \t]?[$#%>][ \t]+|"
+    r"PS [A-Za-z]:\\[^>\n]{0,200}>[ \t]*)?"
     r"(?:npx|npm|pnpm|yarn|bun|bunx|node|deno|git|gh|python3?|pip3?|poetry|uv|pytest|cargo|go|make|cmake|docker|"
     r"kubectl|flutter|dart|expo|gradle|\./gradlew|mvn|bundle|rails|rake|brew|terraform|dotnet|swift|xcodebuild)"
     r"(?:[ \t][^\n]*[^\n.!?:;,])?[ \t]*\n")
