@@ -2567,6 +2567,9 @@ _SHELL_ARG_RE = LazyRe(r"""'[^'\n]{0,300}'|"[^"\n]{0,300}"|(?:[^\s'"`;|&<>(){}\[
 _SHELL_STEP_RE = LazyRe(r"&&|\|\||[;\n|]")
 _SHELL_CD_RE = LazyRe(r"""\s*(?:\(\s*)?(?:cd|pushd)(?:\s+("[^"]*"|'[^']*'|(?:[^\s"'\\]|\\.)(?:[^\s\\]|\\.)*))?\s*$""")
 _FILE_NAME_RE = LazyRe(r"[\w.@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}")
+# The program of a step given by its path (`./scripts/deploy`, `bin/console`): a file, though
+# its name has no extension.
+_PROGRAM_PATH_RE = LazyRe(r"\.{1,2}/[\w.@+-]+(?:/[\w.@+-]+)*|[\w.@+-]+(?:/[\w.@+-]+)+")
 
 
 def _shell_unquote(word):
@@ -2613,10 +2616,10 @@ def _command_paths(command, base=None):
                 where = os.path.normpath(os.path.join(where, target))
                 where = "" if where == "." else where
             continue
-        for word in _shell_words(step):
+        for i, word in enumerate(_shell_words(step)):
             word = word.strip(":")
             if len(word) <= FILE_PATH_CHARS and not word.startswith("-") and "://" not in word \
-                    and _FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]):
+                    and (_FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]) or (i == 0 and _PROGRAM_PATH_RE.fullmatch(word))):
                 found.append((where, word))
         if ")" in step and outside is not None:
             where, outside = outside, None

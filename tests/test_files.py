@@ -71,6 +71,9 @@ def test_a_shell_command_names_the_files_it_runs_not_its_options_urls_or_folders
         "my app/docs/user guide/intro.md", "my app/src/a b/x.py"]
     assert ais._command_paths('git commit -m "fix the login.py bug"') == ["login.py"]
     assert ais._command_paths("git push origin main --force; curl https://x.io/a.json; ls src/") == []
+    # A program run by its path is a file, though its name has no extension; a folder listed is not.
+    assert ais._command_paths('./scripts/fc1 cmd "s" | tail -5 && bin/console cache:clear; ls src/components') == [
+        "./scripts/fc1", "bin/console"]
 
 
 def test_a_pasted_blob_does_not_stall_the_files_and_topics_of_a_text():
@@ -116,6 +119,7 @@ def test_a_cd_the_client_kept_is_not_applied_twice(project):
     ("Write", {"file_path": "{p}/docs/b.md", "content": "# notes"}, {}, ["docs/b.md"], "write"),
     ("Bash", {"command": "python -m pytest tests/test_a.py"}, {"stdout": "1 passed"}, ["tests/test_a.py"], "run"),
     ("Bash", {"command": "cd web && npx tsc --noEmit src/a.tsx"}, {"stdout": ""}, ["web/src/a.tsx"], "run"),
+    ("Bash", {"command": "cd tools && ./deploy staging"}, {"stdout": "ok"}, ["tools/deploy"], "run"),
     ("Read", {"file_path": "/elsewhere/c.py"}, {"file": {"content": "pass\n"}}, None, None),
     ("Bash", {"command": "git status"}, {"stdout": "clean"}, None, None),
 ])
