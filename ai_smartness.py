@@ -1765,6 +1765,11 @@ génial impeccable magnifique
 gracias muchas sí si vale perfecto bueno claro genial listo adelante sigue correcto exacto de acuerdo
 excelente estupendo increíble fantástico
 """.split())
+# Words that say something works ("that works perfectly", "looks good", "ça marche", "funciona"):
+# an acknowledgement too, unless negated or asked ("still not working" is a bug report).
+CONFIRMATIONS = frozenset("works worked perfectly nicely flawlessly looks seems everything marche fonctionne "
+                          "funciona funcionó".split())
+NEGATIONS = frozenset("not no never nothing pas jamais rien nunca nada".split())
 _MARKUP_RE = LazyRe(
     r"<(system-reminder|ide_[a-z_]+|command-[a-z-]+|local-command-[a-z-]+|user-prompt-submit-hook)"
     r"\b[^>]*>.*?</\1>|<(?:ide_[a-z_]+|command-[a-z-]+)[^>]*/>|\x1b\[[0-9;?]*[ -/]*[@-~]", re.S)
@@ -1773,6 +1778,10 @@ _MARKUP_RE = LazyRe(
 # Neither part runs past the next notification: hostile text costs time in proportion to its length.
 _TASK_NOTE_RE = LazyRe(r"<task-notification>(?:[^<]|<(?!summary>|task-notification>))*<summary>([^<]*)</summary>"
                        r"(?:[^<]|<(?!/?task-notification>))*</task-notification>")
+# What Claude Code writes as the assistant's message when the turn failed ("API Error: 529 …",
+# "Prompt is too long"): the client's error, not the agent's answer or conclusion.
+_CLIENT_ERROR_RE = LazyRe(r"\s*(?:API Error\b|Prompt is too long\b|Credit balance is too low\b|Invalid API key\b|"
+                          r"Claude AI usage limit reached\b)")
 _CONTROL_RE = LazyRe(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")  # surrogates: not UTF-8
 _PREFIX_RE = LazyRe(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:\s*", re.I)
 # A slash command (`/prime`, `/commit`, `/sc:review src`): however short, it names a procedure
@@ -1927,8 +1936,9 @@ my myself no nor not now of off on once only or other our ours ourselves out ove
 should so some such than that the their theirs them themselves then there these they this those
 through to too under until up very was we were what when where which while who whom why will with
 would you your yours yourself yourselves let lets us also get got one two may might must shall
-yes ok okay please thanks hi hello hey i'm it's that's don't can't won't didn't isn't
-le la les un une des du de et en au aux ce ces cet cette il elle ils elles je tu nous vous on
+yes ok okay please pls plz thanks hi hello hey i'm it's that's don't can't won't didn't isn't doesn't
+i've i'll you're you've you'll we're we've we'll they're here's there's what's let's
+le la les un une des du de et en au aux ce ces cet cette il elle ils elles je tu nous vous on j'ai qu'il
 mon ma mes ton ta tes son sa ses notre nos votre vos leur leurs qui que quoi dont où est sont
 été être avoir ai as avons avez ont fait faire pour par sur dans avec sans sous plus moins
 pas ne ni mais ou donc car si tout tous toute toutes comme aussi très bien alors y à ça c'est
@@ -2220,10 +2230,10 @@ def is_json_metadata(text):
 def is_noise(text, min_chars=3):
     """Acknowledgements, empty or near-empty text, and bare JSON metadata are not memory.
 
-    >>> is_noise("ok merci"), is_noise("vale, perfecto"), is_noise('{"id": 3, "ok": true}')
+    >>> is_noise("ok merci"), is_noise("vale, perfecto"), is_noise("That works perfectly.")
     (True, True, True)
-    >>> is_noise("ok, now migrate the users table to postgres")
-    False
+    >>> is_noise("ok, now migrate the users table to postgres"), is_noise("it doesn't work")
+    (False, False)
     """
     stripped = (text or "").strip()
     if len(stripped) < min_chars:
@@ -2231,8 +2241,9 @@ def is_noise(text, min_chars=3):
     words = [w.lower() for w in _WORD_RE.findall(stripped)]
     if not words:
         return True
-    if len(words) <= 4 and all(w in ACKNOWLEDGEMENTS or w in STOPWORDS for w in words):
-        return True
+    if len(words) <= 4 and all(w in ACKNOWLEDGEMENTS or w in STOPWORDS or w in CONFIRMATIONS for w in words):
+        doubt = stripped.endswith("?") or any(w in NEGATIONS or w.endswith(("n't", "n’t")) for w in words)
+        return not (doubt and CONFIRMATIONS.intersection(words))
     return is_json_metadata(stripped)
 
 
@@ -2392,8 +2403,8 @@ class HeuristicExtractor:
             first = desc.group(1) if desc else sub_paths(lambda m: re.split(r"[/\\]", m.group(0))[-1], first)
         elif origin == "prompt":  # a file dragged into the prompt: its name, not the folders above it
             first = sub_paths(lambda m: re.split(r"[/\\]", m.group(0))[-1] if _ABS_PATH_RE.match(m.group(0))
-                              else m.group(0), first)
-        return shorten(first or origin, 70)
+                              and m.string[m.start() - 1:m.start()] not in ("/", ":") else m.group(0), first)
+        return shorten(first.rstrip(" \\") or origin, 70)  # "\" ends a line typed on several
 
     @staticmethod
     def topics(body, file_path=None, limit=6, said=False):
@@ -2726,13 +2737,21 @@ _IF_RE = LazyRe(r"\b(?:if|unless|once|when|whether|until|should|would|could|migh
                 r"|'ll\b|’ll\b", re.I)
 
 
-# What starts or ends a sentence of an answer without being words: list marks, headings, emoji.
-_EDGES_RE = LazyRe(r"""^(?:[^\w"'(\[`]|_)+|(?:[^\w.!?)"'\]`]|_)+$""")
+# What starts or ends a sentence of an answer without being words: list marks, headings, emoji
+# (a colon stays: "The timeout is caused by:" leads into what follows).
+_EDGES_RE = LazyRe(r"""^(?:[^\w"'(\[`]|_)+|(?:[^\w.!?:)"'\]`]|_)+$""")
+_NUMBERED_RE = LazyRe(r"(?m)^[ \t]*(?:#+[ \t]*)?\d{1,3}[.)][ \t]+")  # "1. Large files": no sentence "1."
+_TABLE_ROW_RE = LazyRe(r"(?m)^[ \t]*\|.*$")  # "| Service | URL |": cells, no sentence
+_FENCED_RE = LazyRe(r"(?s)```.*?(?:```|\Z)")  # a code block: code, no sentence
 
 
 def sentences_of(text):
-    """An answer's sentences and lines, without the markdown and emoji around them."""
-    out = (_EDGES_RE.sub("", x.replace("**", "")) for x in re.split(r"(?<=[.!?])\s+|\n+", text or ""))
+    """An answer's sentences and lines, without its code blocks (unless it is one: a command's
+    output shown as the answer) and tables and the marks and emoji around them."""
+    text = _NUMBERED_RE.sub("", _TABLE_ROW_RE.sub("", text or ""))
+    bare = _FENCED_RE.sub("\n", text)
+    text = bare if bare.strip() else text.replace("```", "\n")
+    out = (_EDGES_RE.sub("", x.replace("**", "")) for x in re.split(r"(?<=[.!?])\s+|\n+", text))
     return [x for x in out if x]
 
 
@@ -2795,8 +2814,9 @@ def conclusion_of(text, fill=0):
     while head < len(sentences) and sentences[head] not in rest and size + len(sentences[head]) + 1 <= fill:
         size += len(sentences[head]) + 1
         head += 1
-    # A heading ("Validation Complete") ends where the next sentence starts.
-    return " ".join(x if x[-1] in ".!?:;…" else x + "." for x in [*sentences[:head], *rest])
+    # A heading ("Validation Complete") ends where the next sentence starts; so does the text.
+    text = " ".join(x if x[-1] in ".!?:;…" else x + "." for x in [*sentences[:head], *rest])
+    return text[:-1] + "." if text.endswith(":") else text
 
 
 # ==== 5. Embedders ====
@@ -5701,6 +5721,8 @@ def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=N
     short = 8 if source == "prompt" and not _SLASH_COMMAND_RE.match(cleaned) else 3
     if is_noise(cleaned, min_chars=short) or cleaned.startswith(LLM_PROMPT_MARKER):
         return None  # noise, or the product's own LLM prompt (anti-loop: it is never memory)
+    if source == "assistant" and _CLIENT_ERROR_RE.match(cleaned):
+        return None
     if origin not in ORIGINS:
         origin = source if source in ORIGINS else "prompt"
     entry = {"text": cleaned, "source": source, "origin": origin, "ts": ts}
@@ -9216,6 +9238,8 @@ def hook_stop(store, payload, mem):
     text = payload.get("last_assistant_message")
     if not isinstance(text, str) or not text.strip():
         text = last_assistant_text(payload.get("transcript_path"))
+    if text and _CLIENT_ERROR_RE.match(text):
+        text = ""  # the turn failed: the last conclusion stays the one before
     if text:
         changed = git_changes(os.path.dirname(store.dir))
         journal(store, with_turn(prepare_capture(text, "assistant", session_id=payload.get("session_id"),

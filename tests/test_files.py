@@ -687,6 +687,19 @@ def test_a_conclusion_skips_the_lead_in_to_its_list():
     assert ais.conclusion_of("Here's the summary:") == "Here's the summary."
 
 
+def test_a_conclusion_reads_through_list_numbers_and_tables():
+    text = ("## The timeout error is likely caused by:\n\n1. **Large Excel files** - saving 4-7 MB with "
+            "openpyxl takes long\n2. **A cloud drive** - writes time out")
+    assert ais.conclusion_of(text) == \
+        "The timeout error is likely caused by: Large Excel files - saving 4-7 MB with openpyxl takes long."
+    assert ais.conclusion_of("Changes:\n\n1) Added retries.\n2) Logged failures.") == "Added retries. Logged failures."
+    table = "Both servers are now running.\n\n| Service | URL |\n|---|---|\n| API | http://localhost:3000 |\n\nNext: seed"
+    assert ais.conclusion_of(table) == "Both servers are now running. Next: seed."
+    fenced = "The skill is complete.\n```\n.claude/skills/teamwork/\n```\nRun it with /teamwork."
+    assert ais.conclusion_of(fenced, 200) == "The skill is complete. Run it with /teamwork."
+    assert ais.conclusion_of("```\n✓ YAML parsed\n  Complexity: simple\n```") == "YAML parsed. Complexity: simple."
+
+
 def test_the_briefing_names_the_last_task_before_any_thread_is_stored(project):
     store = ais.Store(str(project / ".ai"))
     store.ensure()

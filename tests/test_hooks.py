@@ -468,6 +468,18 @@ def test_stop_captures_the_last_message_and_beats(proj):
     assert "The exporter now streams rows in batches of 500 to cut memory use." in stored
 
 
+def test_a_turn_that_failed_on_the_api_leaves_the_last_conclusion(proj):
+    """Claude Code writes "API Error: …" as the assistant's message of a failed turn: the
+    client's error is neither memory nor the state of the work."""
+    run("stop", stop_payload("The exporter now streams rows in batches of 500 to cut memory use."), proj)
+    for error in ('API Error: 400 {"type":"error","error":{"type":"invalid_request_error"}}',
+                  "API Error: Request timed out.", "Prompt is too long"):
+        assert run("stop", stop_payload(error), proj) == ""
+    assert heartbeat(proj)["beats"] == 4
+    assert heartbeat(proj)["last_conclusion"].startswith("The exporter now streams rows")
+    assert not [m for m in messages(proj) if "API Error" in m or "too long" in m]
+
+
 def test_stop_reads_the_transcript_when_the_message_is_absent(proj, tmp_path):
     transcript = write_transcript(tmp_path / "t.jsonl", [
         ("user", "why is the exporter slow?"),

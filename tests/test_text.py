@@ -32,6 +32,7 @@ def test_docstring_examples(test):
     "merci", "Merci !", "ok merci", "d'accord", "d’accord", "parfait, merci", "c'est bon", "oui vas-y",
     "gracias", "muchas gracias", "vale, perfecto", "de acuerdo", "sí", "claro", "👍", "", "   ",
     "Awesome!", "excellent, thanks", "Génial, merci !", "¡Excelente!",
+    "That works perfectly.", "works now, thanks!", "looks good", "ça marche !", "¡Funciona perfecto!",
 ])
 def test_acknowledgements_are_noise(text):
     assert ai.is_noise(text)
@@ -49,6 +50,7 @@ def test_a_short_slash_command_is_a_prompt_a_short_word_is_not():
     "gracias, ahora añade la paginación a la API",
     "fix the flaky login test",
     "awesome, now add the export",
+    "still not working", "it doesn't work", "ça marche pas", "no funciona", "it works?",
 ])
 def test_real_requests_are_not_noise(text):
     assert not ai.is_noise(text)

@@ -246,6 +246,13 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     assert ais.EXTRACTOR.extract("why is C:\\app\\logs\\run.json empty? see src/app/api/route.ts",
                                  "prompt")["title"] == "why is run.json empty?"
     assert ais.EXTRACTOR.extract("see src/app/api/route.ts", "prompt")["title"] == "see src/app/api/route.ts"
+    assert ais.EXTRACTOR.extract("can you read https://github.com/a16z-infra/ai-town/issues/227", "prompt")[
+        "title"] == "can you read https://github.com/a16z-infra/ai-town/issues/227"
+    # A line typed on several ends with a backslash; a contraction is no topic.
+    assert ais.EXTRACTOR.extract("Can't deploy on Vercel?\\\n\\\n21:07 Running build", "prompt")["title"] == \
+        "Can't deploy on Vercel?"
+    assert ais.EXTRACTOR.extract("pls list all the things you've tried for the websocket flake", "prompt")[
+        "topics"] == ["tried", "websocket", "flake"]
 
 
 def test_thread_topics_lean_on_what_people_said(project):
