@@ -7029,7 +7029,8 @@ class Memory(MemoryWriter):
                 "excerpt": True}
 
     def current_thread(self, session=None, skip=(), resumed=False):
-        """(The thread of the work in progress, its newest conclusion or None), or None: the
+        """(The thread of the work in progress, its newest conclusion, its newest prompt that set
+        a task; each None when it has none), or None: the
         thread of the session's latest work on files (within its CURRENT_LOOKBACK latest
         messages), else the thread worked on last if it touched files. `resumed`: the prompt
         only says to go on ("continue"), so the work is the task the session asked last (within
@@ -7045,7 +7046,9 @@ class Memory(MemoryWriter):
         if thread is None:
             return None
         last = next((m for m in reversed(thread["messages"]) if m.get("source") == "assistant"), None)
-        return thread, last
+        task = next((m for m in reversed(thread["messages"]) if m.get("source") == "prompt"
+                     and m["id"] not in skip and len(m["text"]) >= TASK_MIN_CHARS), None)
+        return thread, last, task
 
     def related_threads(self, thread_ids, exclude=(), now=None):
         now = now or self.clock()
@@ -7155,10 +7158,15 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     head = tr("ctx_header", lang)
     if files:
         head += "\n" + cut_text(tr("ctx_files", lang, files=", ".join(
-            f"{path} ({st['op']} {human_age(now - st['last'], lang, coarse=True)})" for path, st in files)), budget // 5)
+            f"{path} ({tr('op_' + st['op'], lang)} {human_age(now - st['last'], lang, coarse=True)})"
+            for path, st in files)), budget // 5)
     if current:
-        thread, last = current
-        line = tr("ctx_current", lang, title=cut_text(thread["title"], 80), age=age_ago(now - ts_of(thread, "last_active"), lang))
+        thread, last, task = current
+        # The task asked last: a thread that took one task after another ("do work order 25",
+        # then 40) is on the last one, not on the one that started it.
+        title = EXTRACTOR.title(task["text"], "prompt", None) if task and not repeats(task["text"], thread["title"]) \
+            else thread["title"]
+        line = tr("ctx_current", lang, title=cut_text(title, 80), age=age_ago(now - ts_of(thread, "last_active"), lang))
         if last:
             line += " " + tr("ctx_last", lang, text=conclusion_of(last["text"]))
         head += "\n" + cut_text(line, budget // 8)

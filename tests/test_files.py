@@ -197,6 +197,16 @@ def test_messages_and_threads_record_their_files(project):
     assert again.msgs[edit["id"]]["files"] == ["src/LoginForm.tsx"]
 
 
+@pytest.mark.parametrize("lang,line", [("en", "Files in play: src/LoginForm.tsx (edit "),
+                                       ("fr", "Fichiers en jeu : src/LoginForm.tsx (modifié "),
+                                       ("es", "Archivos en juego: src/LoginForm.tsx (editado ")])
+def test_the_files_line_says_what_was_done_to_each_in_the_users_language(project, lang, line):
+    work(project)
+    (project / ".ai" / "config.json").write_text(json.dumps({"language": lang}))
+    text = ais.open_memory(str(project)).context("the login form again")["text"]
+    assert text.splitlines()[1].startswith(line), text
+
+
 def test_a_prompt_that_names_a_known_file_records_it(project):
     mem = work(project)
     mem.capture("why does LoginForm.tsx still accept an empty password?", session_id="s2")
@@ -341,7 +351,7 @@ def test_the_current_work_is_the_sessions_latest_thread_when_it_touched_files(pr
     mem = work(project)
     mem.capture("an unrelated note about the team offsite in march", session_id="s9")
     last = mem.sessions["s1"][-1]  # the Write of the migration
-    thread, _ = mem.current_thread("s1")
+    thread, *_ = mem.current_thread("s1")
     assert thread["id"] == mem.thread_rows.keys[mem.row_thread[mem.rows.of[last]]]
     assert "db/migrations/001_users.sql" in thread["files"]
     assert mem.current_thread("s9") is None  # a conversation: no work on files to resume
@@ -361,7 +371,7 @@ def test_after_continue_the_current_work_is_the_task_the_session_asked_last(proj
         entry["turn"] = turn
         mem.store.inbox_append(entry)
         mem.flush()
-    latest, _ = mem.current_thread("s1")
+    latest, *_ = mem.current_thread("s1")
     assert "db/migrations/001_users.sql" in latest["files"] and "src/tok.py" not in latest["files"]
     line = next(x for x in mem.context("continue", session="s1")["text"].splitlines() if x.startswith("Current work"))
     assert "refactor the tokenizer" in line, line
@@ -375,11 +385,27 @@ def test_the_current_work_shows_the_threads_latest_conclusion(project):
         entry = ais.prepare_capture(text, source, session_id="s1", files=files, op="edit" if files else None)
         mem.store.inbox_append(entry)
         mem.flush()
-    thread, last = mem.current_thread("s1")
+    thread, last, _ = mem.current_thread("s1")
     assert "src/tok.py" in thread["files"]
     assert last is None or last["text"].startswith("Done: the tokenizer")
     text = mem.context("what next for the tokenizer?", session="s1")["text"]
     assert "src/tok.py" in text.splitlines()[1]
+
+
+def test_the_current_work_is_the_task_asked_last_in_its_thread(project):
+    """A thread that took one task after another is on the last one, not on its first."""
+    mem = ais.open_memory(str(project))
+    for text, source, files in (("do work order 025: the roster API endpoints in server.js", "prompt", None),
+                                ("Edited server.js:\n- a\n+ roster", "tool:Edit", ["server.js"]),
+                                ("Work order 025 complete: the roster endpoints are in.", "assistant", None),
+                                ("do work order 040: the payments API endpoints in server.js", "prompt", None),
+                                ("Edited server.js:\n- b\n+ payments", "tool:Edit", ["server.js"])):
+        mem.store.inbox_append(ais.prepare_capture(text, source, session_id="s1", files=files,
+                                                   op="edit" if files else None))
+        mem.flush()
+    assert len(mem.threads) == 1
+    current = next(x for x in mem.context("continue", session="s1")["text"].splitlines() if x.startswith("Current work"))
+    assert current.startswith('Current work: "do work order 040: the payments API endpoints in server.js"'), current
 
 
 def test_the_current_work_line_says_what_the_last_answer_concluded(project):

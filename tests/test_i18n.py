@@ -11,7 +11,7 @@ from conftest import ROOT, SCRIPT, cli
 
 I18N = ROOT / "i18n"
 # Keys the module builds at run time: prefix -> the values appended to it.
-DYNAMIC_PREFIXES = {"status_": ai_smartness.STATUSES}
+DYNAMIC_PREFIXES = {"status_": ai_smartness.STATUSES, "op_": set(ai_smartness.FILE_OPS.values())}
 
 
 def catalog(lang):
