@@ -2746,11 +2746,10 @@ _FENCED_RE = LazyRe(r"(?s)```.*?(?:```|\Z)")  # a code block: code, no sentence
 
 
 def sentences_of(text):
-    """An answer's sentences and lines, without its code blocks (unless it is one: a command's
-    output shown as the answer) and tables and the marks and emoji around them."""
+    """An answer's sentences and lines, without its code blocks (unless it opens with one: a
+    command's output shown as the answer) and tables and the marks and emoji around them."""
     text = _NUMBERED_RE.sub("", _TABLE_ROW_RE.sub("", text or ""))
-    bare = _FENCED_RE.sub("\n", text)
-    text = bare if bare.strip() else text.replace("```", "\n")
+    text = text.replace("```", "\n") if text.lstrip().startswith("```") else _FENCED_RE.sub("\n", text)
     out = (_EDGES_RE.sub("", x.replace("**", "")) for x in re.split(r"(?<=[.!?])\s+|\n+", text))
     return [x for x in out if x]
 
@@ -2801,8 +2800,10 @@ def conclusion_of(text, fill=0):
     within `fill` characters (a briefing with room to spare), and the sentences on what is next
     or left."""
     sentences = sentences_of(text)
-    while len(sentences) > 1 and (len(sentences[0].split()) == 1 or _PLAN_RE.match(sentences[0])):
-        sentences.pop(0)
+    start = 0
+    while start < len(sentences) - 1 and (len(sentences[start].split()) == 1 or _PLAN_RE.match(sentences[start])):
+        start += 1
+    sentences = sentences[start:]
     sentences = [x for x in sentences if not leads_in(x)] or sentences
     if not sentences:
         return ""

@@ -723,7 +723,8 @@ def test_a_conclusion_reads_through_list_numbers_and_tables():
     assert ais.conclusion_of(table) == "Both servers are now running. Next: seed."
     fenced = "The skill is complete.\n```\n.claude/skills/teamwork/\n```\nRun it with /teamwork."
     assert ais.conclusion_of(fenced, 200) == "The skill is complete. Run it with /teamwork."
-    assert ais.conclusion_of("```\n✓ YAML parsed\n  Complexity: simple\n```") == "YAML parsed. Complexity: simple."
+    shown = "```\n✓ YAML parsed successfully\n  Complexity: simple\n```\nPreview (first 20 lines):\n---\n# Prompt"
+    assert ais.conclusion_of(shown) == "YAML parsed successfully. Complexity: simple."
 
 
 def test_the_briefing_names_the_last_task_before_any_thread_is_stored(project):
