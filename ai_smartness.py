@@ -2751,7 +2751,8 @@ def sentences_of(text):
     text = _NUMBERED_RE.sub("", _TABLE_ROW_RE.sub("", text or ""))
     text = text.replace("```", "\n") if text.lstrip().startswith("```") else _FENCED_RE.sub("\n", text)
     out = (_EDGES_RE.sub("", x.replace("**", "")) for x in re.split(r"(?<=[.!?])\s+|\n+", text))
-    return [x for x in out if x]
+    # A rule of box-drawing characters around a word ("`★ Insight ─────`") is decoration.
+    return [x for x in out if x and 3 * sum(map(str.isalnum, x)) >= len(x)]
 
 
 def resolution_of(text):

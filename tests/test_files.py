@@ -723,6 +723,8 @@ def test_a_conclusion_reads_through_list_numbers_and_tables():
     assert ais.conclusion_of(table) == "Both servers are now running. Next: seed."
     fenced = "The skill is complete.\n```\n.claude/skills/teamwork/\n```\nRun it with /teamwork."
     assert ais.conclusion_of(fenced, 200) == "The skill is complete. Run it with /teamwork."
+    insight = "Fix complete. Three changes made:\n\n`★ Insight ─────────────────────`\nThe root cause was the prompt."
+    assert ais.conclusion_of(insight) == "Fix complete. Three changes made: The root cause was the prompt."
     shown = "```\n✓ YAML parsed successfully\n  Complexity: simple\n```\nPreview (first 20 lines):\n---\n# Prompt"
     assert ais.conclusion_of(shown) == "YAML parsed successfully. Complexity: simple."
 
