@@ -1919,6 +1919,14 @@ _TRIGGER_WORDS = frozenset(w for *_, ws in _SECRET_PATTERNS for w in ws)
 # The base64 of a secret (docker "auth", `echo $TOKEN | base64`): decoded and checked.
 _BASE64_RE = LazyRe(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{24,8192}={0,2}(?![A-Za-z0-9+/=])")
 _PRINTABLE_RE = LazyRe(r"[\t\n\r\x20-\x7e]*")
+# A key pasted with no name before it ("here it is: NkfY…"): a run of token characters,
+# not part of a path, a dotted name or a URL parameter, that is not a word or an identifier
+# (generated()). Hex alone is a hash or an id (a commit, a UUID): not taken.
+_GENERATED_RE = LazyRe(r"(?<![\w+/=.-])[A-Za-z0-9_-]{24,512}(?![\w+/=-])")
+# generated(): a random string of letters and digits changes class (lower, upper, digit) at
+# almost every character and repeats few of them; identifiers (`K8sClusterAutoscalerV2Config`,
+# `MAX_HEADERS_2024_V2`) run at least two characters of a class and repeat their letters.
+GENERATED_RUN_CHARS, GENERATED_BITS = 2.0, 4.0
 # The next line of a key split across lines (a wrapped terminal line, a folded env value): its
 # first word when it looks generated (12+ token characters with a digit).
 _CONTINUED_RE = LazyRe(r"(\[REDACTED:[a-z_]+\][ \t]*\\?\r?\n[ \t]*)(?=[A-Za-z0-9_+/=-]{0,200}?[0-9])"
@@ -2139,6 +2147,7 @@ def redact(text):
         return text
     out = _redact_patterns(text)
     out = _BASE64_RE.sub(_redact_base64, out)
+    out = _GENERATED_RE.sub(lambda m: "[REDACTED:token]" if generated(m.group(0)) else m.group(0), out)
     if "[REDACTED:" in out:
         out = _CONTINUED_RE.sub(lambda m: m.group(1) + "[REDACTED:continued]", out)
     if len(out) >= 256:
@@ -2158,6 +2167,20 @@ def _redact_patterns(text):
             continue
         text = pattern.sub(lambda m, k=kind: next((g for g in m.groups() if g), "") + f"[REDACTED:{k}]", text)
     return text
+
+
+def generated(word):
+    """True when `word` looks made by a machine to be unguessable (an API key, an access token):
+    two or more each of upper-case letters, lower-case letters and digits, classes changing
+    every GENERATED_RUN_CHARS characters or sooner, GENERATED_BITS of entropy per character."""
+    import math
+    kinds = ["u" if c.isupper() else "l" if c.islower() else "d" if c.isdigit() else "o" for c in word]
+    if min(kinds.count("u"), kinds.count("l"), kinds.count("d")) < 2:
+        return False
+    if len(word) > GENERATED_RUN_CHARS * (1 + sum(a != b for a, b in zip(kinds, kinds[1:]))):
+        return False
+    counts = Counter(word).values()
+    return -sum(n / len(word) * math.log2(n / len(word)) for n in counts) >= GENERATED_BITS
 
 
 def _redact_base64(match):
@@ -7971,7 +7994,9 @@ _NOT_TEXT_KEYS = frozenset(("id", "schema", "embedding", "embedding_model", "vec
 def redaction_mark():
     """A fingerprint of the secret patterns: what a store was last redacted with."""
     from _blake2 import blake2b
-    spec = "\x00".join([p for p, _, _ in _SECRET_PATTERNS] + [rx.args[0] for rx in (_BASE64_RE, _CONTINUED_RE)])
+    spec = "\x00".join([p for p, _, _ in _SECRET_PATTERNS] + [rx.args[0] for rx in (_BASE64_RE, _CONTINUED_RE,
+                                                                                   _GENERATED_RE)]
+                       + [repr((GENERATED_RUN_CHARS, GENERATED_BITS))])
     return blake2b(spec.encode("utf-8"), digest_size=8).hexdigest()
 
 

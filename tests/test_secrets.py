@@ -41,6 +41,11 @@ ORDINARY = [
     "the session token expires in 3600 seconds; password changed on 2025-01-01T10:00:00Z",
     "the token file is /home/bob/.config/abc123def456/token.json and the key is user_id_2024_03_15_index_v2",
     "the key fix is in commit 36e3962 (git show 36e3962a5f0c4d1b2e3f4a5b6c7d8e9f0a1b2c3d)",
+    # Long identifiers with digits and capitals are no generated key; a random name in a path is a file.
+    "class K8sClusterAutoscalerV2Config(useAudioPlayerForPage2Test): MAX_HEADERS_2024_V2_FINAL = 2",
+    "ReactDOMServerRenderingStream2 Base64EncodedSHA256Digest cp311-cp311-manylinux_2_17_x86_64",
+    "mcp__playwright__browser_click ERR_OSSL_EVP_UNSUPPORTED_2 Ensure-Proper-Through-MCAO",
+    "saved to uploads/Vb7Kq2XzL9mP4nR8sT1wY6cD3fG5hJ0a.png and ./cache/Vb7Kq2XzL9mP4nR8sT1wY6cD3fG5hJ0a",
 ]
 
 
@@ -72,7 +77,8 @@ def test_ordinary_text_code_paths_shas_and_uuids_survive(text):
 
 HOSTILE_UNITS = ["password=", "a.", "x://a:", "token: ", "-----BEGIN ", "ghp_", "Basic ", "mysql -u x ", "eyJ",
                  "curl -u a", "AAAA", "key=" + "a" * 30 + " ", "@", "::::", "dp.", "1234567890:",
-                 "PuTTY-User-Key-File-1:", "[REDACTED:x]\n", "vault login -x ", "<password>", "--token "]
+                 "PuTTY-User-Key-File-1:", "[REDACTED:x]\n", "vault login -x ", "<password>", "--token ",
+                 "Q7hZk2LmN8pR4sT6vW1xY3zA5bC9 ", "aB3-"]
 
 
 def redact_cost(text, runs=3):
