@@ -1978,6 +1978,7 @@ px rem em vh vw rgb rgba hex auto flex none inherit important margin padding wid
 color font size display position absolute relative border tsx jsx yml yaml toml txt
 func defer chan fmt err ctx req res args kwargs argv nullptr sizeof typedef typename constexpr
 namespace std usize isize crate dyn unwrap elsif endif ifdef ifndef foreach isset
+http https www com org
 """.split())
 # Code words that, said in a prompt or a note, name a domain of the work (CONCEPTS): "every log
 # line should carry the request id", "the login form". Not "case", "key", "pass": said, they are
@@ -2119,6 +2120,18 @@ def sub_paths(replace, text):
     """_PATH_RE.sub(replace, text), in linear time."""
     return _PATH_RUN_CHARS_RE.sub(
         lambda m: _PATH_RE.sub(replace, m.group(0)) if len(m.group(0)) <= 2 * FILE_PATH_CHARS else m.group(0), text)
+
+
+# A URL: its site's name and its last path segment say what it is about ("docs.claude.com/…/
+# agent-sdk/python": claude, python); the scheme, the other host labels, the query do not.
+_URL_RE = LazyRe(r"\b[A-Za-z][A-Za-z0-9+.-]{0,15}://([^\s/?#]{1,253})(\S*?)(?=[?#]|[.,;:!)\]'\"]?(?:\s|$))\S*")
+
+
+def url_words(match):
+    labels = [x for x in match.group(1).rsplit("@", 1)[-1].split(":", 1)[0].split(".") if x]
+    site = labels[-2] if len(labels) >= 2 and not labels[-1].isdigit() else ""
+    last = [x for x in re.split(r"[/\\]", match.group(2)) if x][-1:]
+    return " ".join(["", site, *last, ""])
 
 
 _PART_RE = LazyRe(r"[^\W_]+", re.U)
@@ -2437,6 +2450,8 @@ class HeuristicExtractor:
         code_words = CODE_WORDS - SAID_DOMAIN_WORDS if said else CODE_WORDS
         if "rw" in body:
             body = _LS_LONG_RE.sub("", body)
+        if "://" in body:
+            body = _URL_RE.sub(url_words, body)
         body = sub_paths(lambda m: " " + re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1] + " ", body)
         for raw in _WORD_RE.findall(body):
             word = raw.lower().strip("'’-")

@@ -208,6 +208,17 @@ def test_the_columns_of_a_long_listing_are_not_topics():
     assert "staff" in ai.EXTRACTOR.topics("the staff rota: rw access for jtumbidge")  # prose keeps its words
 
 
+def test_a_url_gives_its_site_and_last_segment_as_topics_not_its_scheme_or_host_parts():
+    """A prompt that links docs, or a log line with a debugger URL: `https`, `com`, `uri` and
+    the query's token name no topic; the site and the page do."""
+    topics = ai.EXTRACTOR.topics("Read https://docs.claude.com/en/docs/agent-sdk/python and "
+                                 "http://127.0.0.1:9100?uri=http://127.0.0.1:56376/qdI53UN6CAs=/ then "
+                                 "com.ryanheise.audioservice in www.example.org", said=True)
+    assert {"claude", "python", "ryanheise", "audioservice"} <= set(topics)
+    assert not {"https", "http", "docs", "com", "org", "www", "uri", "qdi53un6cas", "en"} & set(topics)
+    assert ai.EXTRACTOR.topics("see https://github.com/acme/api/issues/377#issuecomment-12).") == ["github"]
+
+
 def test_topics_dedupe_stems():
     topics = ai.EXTRACTOR.topics("migration migrations migration postgres")
     assert len([t for t in topics if t.startswith("migration")]) == 1
