@@ -1788,10 +1788,12 @@ _PREFIX_RE = LazyRe(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:
 # the project runs again, and the files its earlier runs touched are the next run's.
 _SLASH_COMMAND_RE = LazyRe(r"/[\w.:-]{2,64}(?:\s|$)")
 # A shell prompt before a command pasted from a terminal (`me@mac app % npm test`,
-# `me@box:~/app$ make`, `(venv) me@box app % pytest`, `PS C:\app> npm run build`): the user's
-# and machine's names are no topic, and the command is what the work is.
-_SHELL_PROMPT_RE = LazyRe(r"(?m)^[ \t]*(?:\([\w.-]{1,40}\)[ \t]+)?(?:[\w.-]{1,64}@[\w.-]{1,64}(?::[^\s$#%>]{0,200})?"
-                          r"(?:[ \t]+[^\s$#%>]{1,200})?[ \t]?[$#%>]|PS [A-Za-z]:\\[^>\n]{0,200}>)[ \t]+(?=\S)")
+# `me@box:~/app$ make`, `(venv) me@box app % pytest`, `PS C:\app> npm run build`, oh-my-zsh's
+# `(base) ➜  app git:(main) ✗ npx convex dev`, its "(" lost when the paste starts a character
+# late): the user's and machine's names are no topic, and the command is what the work is.
+_SHELL_PROMPT_RE = LazyRe(r"(?m)^[ \t]*(?:\(?[\w.-]{1,40}\)[ \t]+)?(?:[\w.-]{1,64}@[\w.-]{1,64}(?::[^\s$#%>]{0,200})?"
+                          r"(?:[ \t]+[^\s$#%>]{1,200})?[ \t]?[$#%>]|PS [A-Za-z]:\\[^>\n]{0,200}>"
+                          r"|➜[ \t]+[^\s]{1,200}(?:[ \t]+git:\([^)\n]{1,200}\))?(?:[ \t]+✗)?)[ \t]+(?=\S)")
 # Secrets: each pattern keeps a harmless prefix (group 1, when it has one) and replaces the
 # secret itself. Blocks first, then tokens known by their prefix, then the classes behind the
 # families without one: a secret-ish key followed by a value (env, JSON, YAML, CLI flag), a
@@ -2127,6 +2129,10 @@ def sub_paths(replace, text):
 _URL_RE = LazyRe(r"\b[A-Za-z][A-Za-z0-9+.-]{0,15}://([^\s/?#]{1,253})(\S*?)(?=[?#]|[.,;:!)\]'\"]?(?:\s|$))\S*")
 
 
+# A date inside a word: a dated file's name (`debug-2026-01-26t15-12-40`) names one run, not a concept.
+_DATED_RE = LazyRe(r"(?:19|20)\d\d-?[01]\d-?[0-3]\d")
+
+
 def url_words(match):
     labels = [x for x in match.group(1).rsplit("@", 1)[-1].split(":", 1)[0].split(".") if x]
     site = labels[-2] if len(labels) >= 2 and not labels[-1].isdigit() else ""
@@ -2418,7 +2424,7 @@ class HeuristicExtractor:
 
     def extract(self, text, origin="prompt", file_path=None):
         body = _PREFIX_RE.sub("", text or "").strip()
-        if origin == "prompt" and ("@" in body or "PS " in body):
+        if origin == "prompt" and ("@" in body or "PS " in body or "➜" in body):
             body = _SHELL_PROMPT_RE.sub("", body)
         return {"title": self.title(body, origin, file_path),
                 "topics": self.topics(body, file_path, said=origin == "prompt"),
@@ -2430,7 +2436,8 @@ class HeuristicExtractor:
         acknowledgement ("Great. Now add the export" is about the export); for a tool result,
         the file it touched or the command's own description, never the path or output echoed."""
         sentences = re.split(r"(?<=[.!?])\s|\n", body.strip(), maxsplit=4) if body else [""]
-        first = next((x for x in sentences if not is_noise(x)), sentences[0])
+        # A word of three letters or fewer alone ("ble." where a paste starts mid-word) names nothing.
+        first = next((x for x in sentences if not is_noise(x) and len(re.findall(r"\w", x)) > 3), sentences[0])
         if file_path and origin in ("file_read", "file_write"):
             verb = first.split(" ", 1)[0] if first.split(" ", 1)[0] in ("Read", "Wrote", "Edited") else ""
             first = (verb + " " if verb else "") + os.path.basename(file_path.rstrip("/\\"))
@@ -2459,8 +2466,8 @@ class HeuristicExtractor:
             if ((len(word) < 3 and not (raw.isupper() and word in _concept_index())) or word in STOPWORDS or word in GENERIC_WORDS
                     or word in code_words
                     or word in ACKNOWLEDGEMENTS or word[0].isdigit() or word.startswith("--")
-                    or sum(c.isdigit() for c in word) * 2 >= len(word)):
-                continue  # numbers, sizes (1rem), dates, versions and flags name no concept
+                    or sum(c.isdigit() for c in word) * 2 >= len(word) or _DATED_RE.search(word)):
+                continue  # numbers, sizes (1rem), dates, versions, flags and dated names (logs) name no concept
             # Identifiers and acronyms name topics better than prose words. (isalpha() and
             # islower() first: they answer for most words without a scan in Python.)
             bonus = 1.0 + (0.5 if ("_" in raw or raw.isupper()

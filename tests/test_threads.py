@@ -232,6 +232,14 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     assert pasted["title"] == "poetry run python scripts/batch.py"
     assert not {"dana", "macbook-pro", "etl-2025", "box"} & set(pasted["topics"]), pasted["topics"]
     assert ais.EXTRACTOR.extract("PS C:\\app> npm run build", "prompt")["title"] == "npm run build"
+    zsh = ais.EXTRACTOR.extract("base) ➜  golfgod_x_convex git:(main) ✗ npx convex dev\n✖ Error: Unable to finish push",
+                                "prompt")
+    assert zsh["title"] == "npx convex dev" and "golfgod_x_convex" not in zsh["topics"]
+    # A paste that starts mid-word: the fragment is no title; a dated log's name is no topic.
+    cut = ais.EXTRACTOR.extract("ble.\nWelcome to developing with Convex, log in.\nsee chess-debug-2026-01-26t15-12-40.txt",
+                                "prompt")
+    assert cut["title"] == "Welcome to developing with Convex, log in." and "convex" in cut["topics"]
+    assert not [t for t in cut["topics"] if "2026" in t], cut["topics"]
     assert ais.EXTRACTOR.extract("mail dana@example.com % of the refunds", "prompt")["title"].startswith("mail dana@")
     # An acknowledgement before the request is not what the work is.
     assert ais.EXTRACTOR.extract("Great. Now add the CSV export to the report page", "prompt")["title"] == \
