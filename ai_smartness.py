@@ -163,6 +163,14 @@ TOOL_ORIGINS = {
     "NotebookEdit": "file_write", "Bash": "command", "Task": "task", "Agent": "task",
     "WebFetch": "fetch", "WebSearch": "fetch",
 }
+# Tools that keep the agent's task list (TodoWrite before Claude Code 2.1, TaskCreate and
+# TaskUpdate since; Gemini CLI's write_todos is read as TodoWrite): no memory of their own, but
+# the items still open are where the work stopped.
+PLAN_TOOLS = frozenset({"TodoWrite", "TaskCreate", "TaskUpdate"})
+# Task lists the heartbeat keeps (the sessions that changed one last), items per list and
+# characters per item; the statuses of an item still to do, the one being done first.
+PLAN_SESSIONS, PLAN_ITEMS, PLAN_ITEM_CHARS = 4, 30, 100
+PLAN_OPEN = ("in_progress", "pending", "blocked")
 RECALL_DIR = "recall"  # .ai/recall/<query> is the virtual path the model reads
 # -- storage --
 # Generations db/state.json remembers, and the ids one of them may list before it says "reload
@@ -464,8 +472,9 @@ LAST_CONCLUSION_CHARS = 400
 # and of its topics (whole ones); the most room kept for the other work-streams (their header
 # and the whole lines that fit); the least room a line is cut to.
 BRIEF_FILES_CHARS, BRIEF_OTHER_TITLE_CHARS, BRIEF_OTHER_TOPICS, BRIEF_OTHERS_ROOM, BRIEF_MIN_LINE = 90, 40, 25, 140, 40
-# Characters of the briefing's line on where the work stopped (the task, its topics).
-BRIEF_WHERE_CHARS = 140
+# Characters of the briefing's line on where the work stopped (the task, its topics), and of
+# its line on the tasks of the agent's task list still open.
+BRIEF_WHERE_CHARS, BRIEF_PLAN_CHARS = 140, 100
 # Topics of this share of the stored work-streams or more (and of BRIEF_COMMON_MIN streams or
 # more) tell none of them apart: the briefing leaves them out.
 BRIEF_COMMON_TOPICS, BRIEF_COMMON_MIN = 0.2, 2
@@ -1532,10 +1541,13 @@ class Store:
         doc = self._doc(self.heartbeat_file, {})
         return doc if isinstance(doc, dict) else {}
 
-    def update_heartbeat(self, **fields):
+    def update_heartbeat(self, edit=None, **fields):
+        """Set `fields` (text redacted and cut); `edit(doc)` changes what they cannot say (update_plans)."""
         with FileLock(self.heartbeat_lock_file, timeout=2.0):
             doc = self.heartbeat()
             doc.update((k, v if isinstance(v, (int, float)) else clean_field(v)) for k, v in fields.items())
+            if edit:
+                edit(doc)
             doc["schema"] = SCHEMA
             # Advisory state rewritten by most hooks: not worth an fsync on their critical path.
             write_json_atomic(self.heartbeat_file, doc, sync=False)
@@ -1577,16 +1589,6 @@ class Store:
     def synthesis_files(self):  # newest first
         return sorted((os.path.join(self.synthesis_dir, n) for n in self._listdir(self.synthesis_dir)
                        if n.endswith(".json")), reverse=True)
-
-    def latest_synthesis(self):
-        for path in self.synthesis_files():
-            try:
-                doc = read_json(path)
-                if isinstance(doc, dict):
-                    return doc
-            except (OSError, CorruptRecord):
-                continue
-        return None
 
     def write_recall(self, query, text):
         """Write a recall answer under cache/recall/; returns its path. The name is a slug of the
@@ -2599,6 +2601,92 @@ def tool_capture(payload, data_dir=None):
             if cites:
                 cap["cites"] = cites
     return cap
+
+
+def task_lists(doc):
+    """The task lists a heartbeat `doc` holds, {session: {"at": iso time, "items": [[id, text,
+    status]]}} (plan_change), what is malformed left out: the file is rewritten by every hook."""
+    plans = doc.get("plans") if isinstance(doc, dict) else None
+    out = {}
+    for session, plan in (plans.items() if isinstance(plans, dict) else ()):
+        items = plan.get("items") if isinstance(plan, dict) else None
+        if isinstance(plan.get("at") if isinstance(plan, dict) else None, str) and isinstance(items, list):
+            out[session] = {"at": plan["at"], "items": [x for x in items if isinstance(x, list) and len(x) == 3
+                                                        and all(isinstance(v, str) for v in x)]}
+    return out
+
+
+def update_plans(store, change):
+    """Apply `change(plans) -> plans` to the task lists in the heartbeat (see task_lists) under
+    its lock; the PLAN_SESSIONS lists changed last are kept."""
+    def edit(doc):
+        plans = task_lists({"plans": change(task_lists(doc))})
+        doc["plans"] = dict(sorted(plans.items(), key=lambda kv: kv[1]["at"])[-PLAN_SESSIONS:])
+    store.update_heartbeat(edit)
+
+
+def plan_change(payload):
+    """What a PLAN_TOOLS call does to its session's task list ([[id, text, status]] in the order
+    the items were made), as a function of the list before it; None when it says nothing usable.
+    TodoWrite sends the whole list (Gemini CLI's items say `description`); TaskCreate adds an item (its id is in the response); TaskUpdate
+    sets an item's status or subject, or deletes it. Hooks of calls made together may land in any
+    order: an update of an item not made yet keeps its status for the TaskCreate to come."""
+    tool, inp, resp = payload.get("tool_name"), payload.get("tool_input"), payload.get("tool_response")
+    inp = inp if isinstance(inp, dict) else {}
+    status = inp.get("status") if inp.get("status") in PLAN_OPEN + ("completed", "deleted") else None
+    if tool == "TodoWrite":
+        todos = inp.get("todos")
+        if not isinstance(todos, list):
+            return None
+        todos = [t for t in todos if isinstance(t, dict)]
+        items = [[str(n), clean_field(text, PLAN_ITEM_CHARS), t.get("status") if t.get("status") in PLAN_OPEN
+                  else "completed"] for n, t in enumerate(todos, 1)
+                 if isinstance(text := t.get("content") or t.get("description"), str)]
+        return lambda old: items
+    if tool == "TaskCreate":
+        task = resp.get("task") if isinstance(resp, dict) else None
+        made = re.match(r"Task #(\w+) created", resp) if isinstance(resp, str) else None
+        tid = task.get("id") if isinstance(task, dict) else made.group(1) if made else None
+        subject = inp.get("subject")
+        if not isinstance(tid, (str, int)) or not isinstance(subject, str) or not subject.strip():
+            return None
+        item = [clean_field(str(tid), PLAN_ITEM_CHARS), clean_field(subject, PLAN_ITEM_CHARS), "pending"]
+        return lambda old: [x for x in old if x[0] != item[0]] + [
+            item[:2] + [next((x[2] for x in old if x[0] == item[0]), item[2])]]
+    tid = inp.get("taskId")
+    subject = inp.get("subject") if isinstance(inp.get("subject"), str) and inp["subject"].strip() else None
+    if tool != "TaskUpdate" or not isinstance(tid, (str, int)) or not (status or subject):
+        return None
+    tid = clean_field(str(tid), PLAN_ITEM_CHARS)
+
+    def update(old):
+        if status == "deleted":
+            return [x for x in old if x[0] != tid]
+        known = any(x[0] == tid for x in old)
+        return [[x[0], clean_field(subject, PLAN_ITEM_CHARS) if subject else x[1], status or x[2]]
+                if x[0] == tid else x for x in old] + ([] if known else [[tid, "", status or "pending"]])
+    return update
+
+
+def note_plan(store, payload):
+    """Keep the task list a PLAN_TOOLS call changed, under its session."""
+    session, change = payload.get("session_id"), plan_change(payload)
+    if not (isinstance(session, str) and session and change):
+        return
+    session = clean_field(session, 100)
+
+    def apply(plans):
+        items = change(plans.get(session, {}).get("items", []))[-PLAN_ITEMS:]
+        return dict(plans, **{session: {"at": iso(time.time()), "items": items}})
+    update_plans(store, apply)
+
+
+def open_tasks(hb):
+    """The items still to do of the task list of the session that sent the last prompt (the
+    work the briefing says stopped), the one in progress first."""
+    plan = task_lists(hb).get(hb.get("prompt_session"))
+    items = [x for x in plan["items"] if x[1] and x[2] in PLAN_OPEN] if plan else []
+    return [x[1] for x in sorted(items, key=lambda x: PLAN_OPEN.index(x[2]))]
 
 
 def project_command(command, project):
@@ -8063,8 +8151,8 @@ def forget_text(store, text):
 
 def rewrite_stored_text(store, clean):
     """Pass every stored text through `clean` (scrubbed): threads, bridges, syntheses, captures
-    still journaled, rules, the heartbeat's strings; generated recall answers are removed.
-    Returns the records rewritten."""
+    still journaled, rules, the heartbeat's strings and task lists; generated recall answers are
+    removed. Returns the records rewritten."""
     with store.lock():  # a drain removes journal entries under it: none is rewritten after
         threads = [new for old in store.iter_threads() if (new := scrubbed(old, clean)) is not old]
         bridges = [new for old in store.iter_bridges() if (new := scrubbed(old, clean)) is not old]
@@ -8085,9 +8173,12 @@ def rewrite_stored_text(store, clean):
     def scrub_rules(rules):
         rules[:] = scrubbed(rules, clean)
     store.update_rules(scrub_rules)
-    changed = {k: new for k, v in store.heartbeat().items() if isinstance(v, str) and (new := clean(v)) != v}
+    hb = store.heartbeat()
+    changed = {k: new for k, v in hb.items() if isinstance(v, str) and (new := clean(v)) != v}
     if changed:
         store.update_heartbeat(**changed)  # it redacts what it writes
+    if scrubbed(task_lists(hb), clean) != task_lists(hb):
+        update_plans(store, lambda plans: scrubbed(plans, clean))
     return len(threads) + len(bridges) + len(rewritten)
 
 
@@ -8941,10 +9032,11 @@ def task_thread(store, digest, task):
 def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
     """The briefing's lines on the work, within `room` characters: where it stopped (`hot`, the
     thread of the last task, see task_thread; the topics that tell it apart, the last prompt
-    that set a task), the agent's last conclusion and next step, the files in play (the digest's
-    `in_play`, touched often and lately whatever thread they joined, then the last thread's
-    newest), what was resolved; then the other recent work-streams, a line each, for which
-    the room of the whole lines that fit in BRIEF_OTHERS_ROOM is kept."""
+    that set a task), the files in play (the digest's `in_play`, touched often and lately
+    whatever thread they joined, then the last thread's newest), the agent's last conclusion
+    and next step, what was resolved, its open tasks (open_tasks); then the other recent
+    work-streams, a line each, for which the room of the whole lines that fit in
+    BRIEF_OTHERS_ROOM is kept."""
     named = [hot["title"], hb.get("last_task") or ""]  # each work-stream once
     common = common_topics(digest)
     others = []
@@ -8964,9 +9056,9 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
     def left():
         return budget - sum(len(x) + 1 for x in lines) - 1
 
-    def add(line, text=True):  # cut to the room left
-        if text and left() >= BRIEF_MIN_LINE:
-            lines.append(shorten(line, left()))
+    def add(line, text=True, keep=0):  # cut to the room left but `keep`
+        if text and left() - keep >= BRIEF_MIN_LINE:
+            lines.append(shorten(line, left() - keep))
 
     def paths(items, label):  # the whole paths that fit on a line after `label`
         return join_within(items, min(BRIEF_FILES_CHARS, left() - len(label)))
@@ -8980,8 +9072,12 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
     title = shorten(hot["title"], BRIEF_TITLE_CHARS)
     where = tr("brief_hot", lang, title=title, age=age_ago(now - ts_of(hot, "last_active"), lang))
     cap = min(BRIEF_WHERE_CHARS, budget - 1)
-    # Its topics and task leave room for the files and a line of the last conclusion.
+    tasks = "; ".join(open_tasks(hb))
+    plan = shorten(tr("brief_plan", lang, items=tasks), BRIEF_PLAN_CHARS) if tasks else ""
+    keep = BRIEF_MIN_LINE + 1 if plan else 0  # the least line of the open tasks, the lines before it leave
+    # Its topics and task leave room for the files, a line of the last conclusion and of the open tasks.
     below = len(tr("brief_files", lang, files=join_within(files, BRIEF_FILES_CHARS))) + 1 if files else 0
+    below += keep
     fill = min(cap, budget - 1 - below - (BRIEF_MIN_LINE + 1 if last else 0))
     topics = join_within(telling_topics(hot, title, common)[:BRIEF_TOPICS],
                          fill - len(where) - len(tr("brief_topics", lang, topics="")) - 1)
@@ -8997,17 +9093,19 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
     add(tr("brief_files", lang, files=named), named)
     changed = paths([p for p in thread_changed(hot) if p not in files][:CHANGED_SHOWN],
                     tr("changed_in_git", lang, files=""))
-    add(tr("changed_in_git", lang, files=changed), changed)
+    add(tr("changed_in_git", lang, files=changed), changed, keep)
     outcomes = thread_outcomes(hot)[-1:]  # the latest only
     at = None  # the line of the last conclusion
     if outcomes and last and repeats(outcomes[0]["text"], last):  # the conclusion says what it resolved
-        add(tr("brief_resolved", lang, items=outcome_text(dict(outcomes[0], text=last), lang, BRIEF_SUMMARY_CHARS)))
+        add(tr("brief_resolved", lang, items=outcome_text(dict(outcomes[0], text=last), lang, BRIEF_SUMMARY_CHARS)),
+            keep=keep)
     else:
         before = len(lines)
-        add(tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS)), last)
+        add(tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS)), last, keep)
         at = before if len(lines) > before else None
         if outcomes:
-            add(tr("brief_resolved", lang, items=outcome_text(outcomes[0], lang, BRIEF_OUTCOME_CHARS)))
+            add(tr("brief_resolved", lang, items=outcome_text(outcomes[0], lang, BRIEF_OUTCOME_CHARS)), keep=keep)
+    add(plan, plan)
     others = pack_lines(others, room - sum(len(x) + 1 for x in lines), cut=False)
     others = others if len(others) > 1 else []
     spare = room - sum(len(x) + 1 for x in lines + others)
@@ -9181,6 +9279,9 @@ def hook_pretool(store, payload, mem):
 
 @hook("capture", event="PostToolUse", budget=3.0, via_daemon=True, needs_memory=False)
 def hook_capture(store, payload, mem):
+    if payload.get("tool_name") in PLAN_TOOLS:
+        note_plan(store, payload)
+        return ""
     journal(store, capture_entry("tool", payload, store.dir), payload.get(CAPTURE_KEY))
     return ""
 
@@ -9425,7 +9526,15 @@ def hook_precompact(store, payload, mem):
 
 
 def latest_synthesis(store):
-    return store.latest_synthesis()
+    """The newest pre-compaction synthesis that reads, or None."""
+    for path in store.synthesis_files():
+        try:
+            doc = read_json(path)
+            if isinstance(doc, dict):
+                return doc
+        except (OSError, CorruptRecord):
+            continue
+    return None
 
 
 def trim_strings(value, limit=PAYLOAD_STRING_CHARS):
@@ -10054,7 +10163,7 @@ class Gemini(ShellAgent):
     events = {"SessionStart": "start", "BeforeAgent": "inject", "BeforeTool": "pretool", "AfterTool": "capture",
               "AfterAgent": "stop", "SessionEnd": "end"}
     tools = {"read_file": "Read", "write_file": "Write", "replace": "Edit", "run_shell_command": "Bash",
-             "web_fetch": "WebFetch", "google_web_search": "WebSearch"}
+             "web_fetch": "WebFetch", "google_web_search": "WebSearch", "write_todos": "TodoWrite"}
 
     def payload_in(self, hook, payload):
         if hook == "inject" and isinstance(payload.get("prompt"), str):
@@ -10632,7 +10741,8 @@ def do_export(cli, args):
         row["messages"] = [{k: v for k, v in m.items() if not k.startswith("_")} for m in t["messages"]]
         threads.append(row)
     print(json.dumps({"schema": SCHEMA, "version": VERSION, "exported_at": iso(time.time()), "threads": threads,
-                      "bridges": list(mem.bridges.values()), "rules": cli.store.rules()},
+                      "bridges": list(mem.bridges.values()), "rules": cli.store.rules(),
+                      "task_lists": task_lists(cli.store.heartbeat())},
                      ensure_ascii=False, indent=2))
     return 0
 

@@ -61,7 +61,7 @@ def test_every_agent_event_names_a_hook_and_its_template_installs_exactly_those(
     assert mod.AGENTS[mod.NATIVE_AGENT].events == {h.event: h.name for h in mod.HOOKS.values()}
     for name, adapter in mod.AGENTS.items():
         assert set(adapter.events.values()) <= set(mod.HOOKS), name
-        assert set(adapter.tools.values()) <= set(mod.TOOL_ORIGINS), name
+        assert set(adapter.tools.values()) <= set(mod.TOOL_ORIGINS) | mod.PLAN_TOOLS, name
         if name == mod.NATIVE_AGENT:
             continue
         hooks = json.loads((ROOT / f"{name}.template.json").read_text())["hooks"]
@@ -176,6 +176,22 @@ def test_gemini_hooks_translate_events_tools_and_answers(proj):
     assert doc["decision"] == "deny" and "numbat" in doc["reason"] and "(gemini)" in doc["reason"]
     payload = gemini_payload("BeforeTool", proj, tool_name="read_file", tool_input={"file_path": "notes.txt"})
     assert agent_hook("gemini", "BeforeTool", payload, proj) == ""
+
+
+def test_gemini_write_todos_is_the_task_list_the_next_briefing_names(proj):
+    agent_hook("gemini", "BeforeAgent", gemini_payload("BeforeAgent", proj, prompt="Port the numbat index to sqlite"),
+               proj)
+    todos = [{"description": "Write the sqlite schema", "status": "completed"},
+             {"description": "Move the numbat loader", "status": "in_progress"},
+             {"description": "Drop the old index", "status": "cancelled"}]
+    payload = gemini_payload("AfterTool", proj, tool_name="write_todos", tool_input={"todos": todos},
+                             tool_response={"llmContent": "Successfully updated the todo list.", "returnDisplay": ""})
+    assert agent_hook("gemini", "AfterTool", payload, proj) == ""
+    out = agent_hook("gemini", "SessionStart", gemini_payload("SessionStart", proj, source="startup",
+                                                               session_id="next"), proj)
+    text = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    assert "Open tasks: Move the numbat loader" in text and "schema" not in text and "Drop" not in text, text
+    assert [m["text"] for m in stored(proj)] == ["Port the numbat index to sqlite"]
 
 
 def test_gemini_session_fixture_tool_calls_are_captured_only_when_they_worked(proj):
@@ -374,23 +390,42 @@ def test_real_codex_cli_gets_the_memory_and_its_turn_is_stored(project, tmp_path
         stop_daemons(project)
 
 
+def run_gemini(gemini, project, home, script, prompt):
+    """One `gemini -p` turn in `project` against a stand-in of the Gemini API answering from
+    `script`; the bodies of its requests that offer tools."""
+    settings = home / ".gemini" / "settings.json"
+    if not settings.exists():
+        settings.parent.mkdir(parents=True)
+        settings.write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}},
+                                        "privacy": {"usageStatisticsEnabled": False}}))
+    with FakeGemini(script) as api:
+        proc = subprocess.run([gemini, "-m", "gemini-2.5-flash", "--yolo", "-p", prompt], cwd=project,
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT, stdin=subprocess.DEVNULL,
+                              env=clean_env(GOOGLE_GEMINI_BASE_URL=api.url, GEMINI_API_KEY="test",
+                                            GEMINI_CLI_TRUST_WORKSPACE="true"))
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    assert not api.errors, api.errors
+    return [b["body"] for b in api.bodies if "functionDeclarations" in json.dumps(b["body"].get("tools"))]
+
+
+def test_real_gemini_cli_tells_the_next_session_the_todos_left_open(project, tmp_path):
+    gemini = prepared(project, "gemini")
+    todos = [{"description": "Round the invoice totals with okapi_round", "status": "completed"},
+             {"description": "Document the okapi rule in the README", "status": "pending"}]
+    try:
+        firsts = [request_text(run_gemini(gemini, project, tmp_path / "home", script, "Round the invoices please")[0])
+                  for script in ([("write_todos", {"todos": todos}), "Planned."], ["Hello."])]
+        assert "Open tasks" not in firsts[0]
+        assert "Open tasks: Document the okapi rule in the README" in firsts[1], firsts[1][-3000:]
+    finally:
+        stop_daemons(project)
+
+
 def test_real_gemini_cli_gets_the_memory_and_its_turn_is_stored(project, tmp_path):
     gemini = prepared(project, "gemini")
-    settings = tmp_path / "home" / ".gemini"
-    settings.mkdir(parents=True)
-    (settings / "settings.json").write_text(json.dumps({
-        "security": {"auth": {"selectedType": "gemini-api-key"}}, "privacy": {"usageStatisticsEnabled": False}}))
     script = [("read_file", {"file_path": ".ai/recall/okapi"}), "Invoices use okapi_round."]
     try:
-        with FakeGemini(script) as api:
-            proc = subprocess.run([gemini, "-m", "gemini-2.5-flash", "--yolo", "-p",
-                                   "How are invoices rounded, the okapi rule?"], cwd=project, capture_output=True,
-                                  text=True, timeout=CLI_TIMEOUT, stdin=subprocess.DEVNULL,
-                                  env=clean_env(GOOGLE_GEMINI_BASE_URL=api.url, GEMINI_API_KEY="test",
-                                                GEMINI_CLI_TRUST_WORKSPACE="true"))
-        assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
-        assert not api.errors, api.errors
-        main = [b["body"] for b in api.bodies if "functionDeclarations" in json.dumps(b["body"].get("tools"))]
+        main = run_gemini(gemini, project, tmp_path / "home", script, "How are invoices rounded, the okapi rule?")
         first = request_text(main[0])
         assert "okapi_round" in first and "ai_smartness" in first  # BeforeAgent's context and the briefing
         responses = [p["functionResponse"] for c in main[-1]["contents"] for p in c["parts"] if "functionResponse" in p]

@@ -14,7 +14,7 @@ import pytest
 import ai_smartness as ai
 import topics_data
 from conftest import ROOT, SCRIPT, cli, cli_json, hook
-from support import prompt_payload, start_payload
+from support import post_payload, prompt_payload, start_payload
 
 COMMANDS = ["capture", "status", "threads", "thread", "bridges", "search", "recall", "context", "rules",
             "forget", "export", "reindex", "health", "daemon", "hook"]
@@ -113,9 +113,9 @@ def test_a_forgotten_thread_leaves_no_trace_in_the_briefing_or_a_synthesis(proje
     doc = ai.build_synthesis([("assistant", "Done: the export now streams its rows.")], store.read_digest(),
                              time.time())
     store.write_synthesis(doc, time.time())
-    assert "billing" in store.latest_synthesis()["text"] and "replica" in store.latest_synthesis()["text"]
+    assert "billing" in ai.latest_synthesis(store)["text"] and "replica" in ai.latest_synthesis(store)["text"]
     assert cli("forget", tid, project=project).returncode == 0
-    synth = store.latest_synthesis()
+    synth = ai.latest_synthesis(store)
     assert "billing" not in json.dumps(synth) and tid not in json.dumps(synth)
     assert "replica" in synth["text"]  # the other work stays
     brief = hook("start", start_payload(project=str(project)), project)
@@ -126,12 +126,15 @@ def test_a_forgotten_thread_leaves_no_trace_in_the_briefing_or_a_synthesis(proje
 def test_forget_text_cuts_a_secret_out_of_everything_stored(project):
     """A secret the redaction missed (no pattern knows a passphrase of words) is cut out of
     every file of the data dir: records, the digest, rules, syntheses, a capture still
-    journaled, the heartbeat, the log and a quarantined record; the memory around it stays."""
+    journaled, the heartbeat and its task lists, the log and a quarantined record; the memory
+    around it stays."""
     secret = "plumtree-garage-47-lantern"
     assert hook("inject", prompt_payload(f"log in to staging with {secret} and rerun the deploy",
                                          project=str(project)), project).returncode == 0
     assert cli("capture", f"staging passphrase is {secret} until Friday", project=project).returncode == 0
     assert cli("rules", "add", f"always use {secret} on staging", project=project).returncode == 0
+    assert hook("capture", post_payload("TaskCreate", {"subject": f"Rerun the deploy with {secret}"},
+                                        {"task": {"id": "1"}}, project=str(project)), project).returncode == 0
     store = ai.Store(ai.data_dir_of(str(project)))
     store.write_synthesis({"text": f"State: deploy with {secret}"}, time.time())
     store.inbox_append(ai.prepare_capture(f"retry with {secret}", "prompt"))

@@ -195,6 +195,26 @@ def test_a_session_in_a_git_worktree_shares_the_projects_memory(sandbox):
     assert command_files() == ["src/a.txt"]
 
 
+def test_the_next_session_is_told_the_tasks_the_agent_left_open(sandbox):
+    """Claude Code 2.1 keeps the agent's task list with TaskCreate and TaskUpdate (TodoWrite is
+    off): what the client sends the hooks for them makes the next briefing name the open ones."""
+    box = sandbox
+    turns = [tool_use("TaskCreate", {"subject": "Port the invoice exporter to streams",
+                                     "description": "Rows one at a time.", "activeForm": "Porting"}, id="toolu_t1"),
+             tool_use("TaskCreate", {"subject": "Document the streaming export",
+                                     "description": "README section.", "activeForm": "Documenting"}, id="toolu_t2"),
+             tool_use("TaskUpdate", {"taskId": "1", "status": "completed"}, id="toolu_t3"),
+             FINAL]
+    with FakeAnthropic(turns) as api:
+        bodies = run_ok(box, api, "Make the invoice exporter stream its rows, then document it")
+    assert not any(r["is_error"] for b in bodies for r in tool_results(b)), [tool_results(b) for b in bodies]
+    with FakeAnthropic([FINAL]) as api:
+        bodies = run_ok(box, api, "where were we?")
+    briefing = "\n".join(s for s in system_entries(bodies[0]) if BRIEFING_MARK in s)
+    assert "Open tasks: Document the streaming export" in briefing, briefing
+    assert "Port the invoice exporter to streams" not in briefing, briefing  # done
+
+
 def test_install_keeps_foreign_settings_and_uninstall_restores_them(sandbox):
     box = sandbox
     settings = box.settings()

@@ -644,6 +644,27 @@ def test_the_briefing_keeps_room_for_the_other_work_and_cuts_no_path():
     assert named[0] == "src/checkout/step_8_of_the_payment_form.tsx"
 
 
+def test_a_crowded_briefing_keeps_a_line_of_the_open_tasks_after_the_conclusion():
+    now = 1_800_000_000
+    at = ais.iso(now - 3600)
+    hot = {"id": "t1", "title": "checkout flow", "last_active": at, "messages": [],
+           "topics": ["checkout", "cart", "storage", "reload", "stripe", "webhook"],
+           "files": {f"src/checkout/step_{i}.tsx": {"at": ais.iso(now - 3600 + i)} for i in range(9)}}
+    digest = {f"t{i}": {"title": f"work-stream {i}", "topics": ["alpha"], "last_active": ais.iso(now - 7200 - i)}
+              for i in range(2, 5)}
+    plan = {"at": at, "items": [["1", "Persist the cart", "completed"], ["2", "Add the Stripe webhook", "pending"],
+                                ["3", "Keep the cart across a reload " * 3, "in_progress"]]}
+    hb = {"last_task": "make the checkout flow survive a reload", "prompt_session": "s1", "plans": {"s1": plan},
+          "last_conclusion": "The cart now persists in local storage, reloads keep it. " * 5}
+    lines = ais.where_work_stopped(hot, digest, [], hb, now, "en", 400)
+    assert sum(len(x) + 1 for x in lines) <= 400
+    assert [x.split(":")[0] for x in lines[:4]] == ["Where the work stopped", "Files", "Last", "Open tasks"], lines
+    assert lines[3].startswith("Open tasks: Keep the cart across a reload")  # the one in progress first
+    assert "Persist the cart" not in "\n".join(lines) and "Other recent work:" in lines
+    hb["prompt_session"] = "s2"  # the last prompt came from a session without a task list
+    assert not any(x.startswith("Open tasks") for x in ais.where_work_stopped(hot, digest, [], hb, now, "en", 400))
+
+
 def test_the_other_work_streams_are_named_by_people_not_by_a_tools_output(project):
     mem = ais.open_memory(str(project))
     flags = []

@@ -170,6 +170,43 @@ def test_fields_stored_as_they_come_are_typed_and_cut(store):
     assert any(r.get("field") == "session_id" for r in log_records(store))
 
 
+TASK_LIST_NOISE = [
+    {"tool_name": "TaskCreate", "tool_input": {"subject": "No id came back"}, "tool_response": {"success": False}},
+    {"tool_name": "TaskCreate", "tool_input": {"subject": ["a"]}, "tool_response": {"task": {"id": "1"}}},
+    {"tool_name": "TaskCreate", "tool_input": "subject", "tool_response": "Task #1 created successfully: x"},
+    {"tool_name": "TaskUpdate", "tool_input": {"taskId": {"a": 1}, "status": "completed"}},
+    {"tool_name": "TaskUpdate", "tool_input": {"taskId": "1", "status": "archived"}},
+    {"tool_name": "TodoWrite", "tool_input": {"todos": "buy milk"}},
+    {"tool_name": "TodoWrite", "tool_input": {"todos": [{"content": "x"}]}, "session_id": None},
+]
+
+
+@pytest.mark.parametrize("payload", TASK_LIST_NOISE)
+def test_a_task_list_call_that_says_nothing_usable_changes_nothing(store, payload):
+    assert ai.answer("capture", dict({"session_id": "s"}, **payload), store, None) is None
+    assert ai.task_lists(store.heartbeat()) == {} and inbox_texts(store) == [] and not failures(store)
+
+
+def test_task_lists_are_redacted_cut_and_kept_for_the_latest_sessions(store):
+    key = "sk-ant-api03-" + "Zq9" * 30
+    todos = [{"content": f"Rotate {key} then task {n} " + "x" * 200, "status": "pending"} for n in range(50)]
+    for session in "abcdef":
+        ai.answer("capture", {"session_id": session, "tool_name": "TodoWrite", "tool_input": {"todos": todos}},
+                  store, None)
+    plans = ai.task_lists(store.heartbeat())
+    assert sorted(plans) == list("cdef")  # PLAN_SESSIONS
+    items = plans["f"]["items"]
+    assert len(items) == ai.PLAN_ITEMS and items[-1][1].startswith("Rotate [REDACTED")
+    assert all(len(x[1]) <= ai.PLAN_ITEM_CHARS for x in items) and key not in json.dumps(store.heartbeat())
+    with open(store.heartbeat_file, "w") as fh:  # a list some other writer broke is dropped, not a crash
+        json.dump({"plans": {"a": {"at": 1, "items": []}, "b": {"at": "x", "items": [["1", None, "pending"], "z"]}},
+                   "prompt_session": "b"}, fh)
+    assert ai.open_tasks(store.heartbeat()) == []
+    ai.answer("capture", {"session_id": "b", "tool_name": "TaskCreate", "tool_input": {"subject": "Ship it"},
+                          "tool_response": "Task #7 created successfully: Ship it"}, store, None)
+    assert ai.open_tasks(store.heartbeat()) == ["Ship it"]
+
+
 # ---- the recall path (F9, F12) ----
 
 def recall(path, cwd=None):

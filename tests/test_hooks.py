@@ -368,6 +368,61 @@ def test_recall_paths_never_escape_the_data_dir(leaderboard, tmp_path):
 # ---- PostToolUse ----
 
 
+def task_create(tid, subject, session=SESSION):
+    """A PostToolUse of Claude Code 2.1's TaskCreate, shaped like the real client's."""
+    return post_payload("TaskCreate", {"subject": subject, "description": subject + ".", "activeForm": subject},
+                        {"task": {"id": tid, "subject": subject}}, session=session)
+
+
+def task_update(tid, session=SESSION, **fields):
+    return post_payload("TaskUpdate", dict(fields, taskId=tid),
+                        {"success": True, "taskId": tid, "updatedFields": list(fields)}, session=session)
+
+
+def briefing(proj, session):
+    return context(run("start", {"session_id": session, "hook_event_name": "SessionStart", "source": "startup"},
+                       proj), "SessionStart")
+
+
+def test_the_briefing_names_the_tasks_the_agent_left_open(proj, route):
+    run("inject", prompt_payload("upgrade the dependencies of the tracker app, one phase at a time"), proj)
+    # Hooks of calls made together land in any order: task 3's update comes before its creation.
+    for payload in (task_create("1", "Phase 1: remove unused packages"), task_update("3", status="in_progress"),
+                    task_create("2", "Phase 2: upgrade Next.js"), task_create("3", "Phase 3: upgrade tRPC to v11"),
+                    task_create("4", "Phase 4: swap framer-motion"), task_update("1", status="completed"),
+                    task_update("4", status="deleted"), task_update("2", subject="Phase 2: upgrade Next.js and React")):
+        assert run("capture", payload, proj) == ""
+    run("stop", stop_payload("Phase 1 is done: the unused packages are gone."), proj)
+    text = briefing(proj, "b")
+    assert "Open tasks: Phase 3: upgrade tRPC to v11; Phase 2: upgrade Next.js and React" in text, text  # doing first
+    assert "Phase 1: remove" not in text and "framer-motion" not in text, text  # completed, deleted
+    assert "Last: Phase 1 is done" in text, text  # after the conclusion, not instead of it
+    assert not any("tRPC" in m for m in messages(proj))  # a task list is no memory of its own
+    listed = json.loads(cli("export", project=proj).stdout)["task_lists"][SESSION]["items"]  # but it can be seen
+    assert [(x[0], x[2]) for x in listed] == [("1", "completed"), ("2", "pending"), ("3", "in_progress")]
+    assert not failures(proj)
+
+    # TodoWrite (Claude Code before 2.1) sends the whole list; a list all done names nothing.
+    todos = [{"content": "Add the CSV export", "status": "completed", "activeForm": "Adding"},
+             {"content": "Document the export", "status": "pending", "activeForm": "Documenting"}]
+    run("inject", prompt_payload("add a csv export to the reports page", session="b"), proj)
+    run("capture", post_payload("TodoWrite", {"todos": todos}, {"oldTodos": [], "newTodos": todos}, session="b"), proj)
+    assert "Open tasks: Document the export" in briefing(proj, "c")
+    todos[1]["status"] = "completed"
+    run("capture", post_payload("TodoWrite", {"todos": todos}, {"oldTodos": [], "newTodos": todos}, session="b"), proj)
+    assert "Open tasks" not in briefing(proj, "d")
+
+
+def test_a_task_list_of_another_session_is_not_where_the_work_stopped(proj):
+    run("inject", prompt_payload("migrate the billing tables to the new schema", session="a"), proj)
+    run("capture", task_create("1", "Write the billing migration", session="a"), proj)
+    run("inject", prompt_payload("fix the flaky login test in the auth suite", session="b"), proj)
+    run("stop", stop_payload("The login test waits for the session cookie now.", session="b"), proj)
+    assert "Open tasks" not in briefing(proj, "c")
+    run("inject", prompt_payload("back to the billing migration", session="a"), proj)
+    assert "Open tasks: Write the billing migration" in briefing(proj, "d")
+
+
 def test_tool_results_become_messages(proj):
     payloads = [
         post_payload("Read", {"file_path": f"{proj}/src/pool.py"},

@@ -311,12 +311,12 @@ def test_precompact_writes_the_models_synthesis_and_the_heuristic_one_without_it
     mem = ai.open_memory(str(project))
     store = mem.store
     ai.answer("precompact", support.precompact_payload(transcript, project=project), store, None)
-    assert "llm_used" not in store.latest_synthesis()
+    assert "llm_used" not in ai.latest_synthesis(store)
     time.sleep(0.01)
     mem.llm = FakeLLM(lambda p, d: {"decisions": ["keep the JWT refresh tokens opaque"], "open_questions": [],
                                     "state": "refresh token rotation is implemented", "next_steps": []})
     ai.answer("precompact", support.precompact_payload(transcript, project=project), store, mem)
-    doc = store.latest_synthesis()
+    doc = ai.latest_synthesis(store)
     assert doc["llm_used"] and doc["state"] == "refresh token rotation is implemented"
 
 
@@ -387,7 +387,7 @@ def test_precompact_in_the_hook_process_asks_the_configured_backend_redacted(pro
         ai.answer("precompact", support.precompact_payload(transcript, project=project), mem.store, None)
         (body,) = api.bodies("llm")
     assert secret not in json.dumps(body)
-    doc = mem.store.latest_synthesis()
+    doc = ai.latest_synthesis(mem.store)
     assert doc["llm_used"] and doc["next_steps"] == ["rotate the signing key"]
 
 
