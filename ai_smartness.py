@@ -1790,11 +1790,13 @@ _PREFIX_RE = LazyRe(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:
 # the project runs again, and the files its earlier runs touched are the next run's.
 _SLASH_COMMAND_RE = LazyRe(r"/[\w.:-]{2,64}(?:\s|$)")
 # A shell prompt before a command pasted from a terminal (`me@mac app % npm test`,
-# `me@box:~/app$ make`, `(venv) me@box app % pytest`, `PS C:\app> npm run build`, oh-my-zsh's
-# `(base) ➜  app git:(main) ✗ npx convex dev`, its "(" lost when the paste starts a character
-# late): the user's and machine's names are no topic, and the command is what the work is.
+# `me@box:~/app$ make`, `(venv) me@box app % pytest`, `PS C:\app> npm run build`, macOS bash's
+# `Mac:my app me$ make`, oh-my-zsh's `(base) ➜  app git:(main) ✗ npx convex dev`, its "(" lost
+# when the paste starts a character late): the user's and machine's names are no topic, and the
+# command is what the work is.
 _SHELL_PROMPT_RE = LazyRe(r"(?m)^[ \t]*(?:\(?[\w.-]{1,40}\)[ \t]+)?(?:[\w.-]{1,64}@[\w.-]{1,64}(?::[^\s$#%>]{0,200})?"
                           r"(?:[ \t]+[^\s$#%>]{1,200})?[ \t]?[$#%>]|PS [A-Za-z]:\\[^>\n]{0,200}>"
+                          r"|[\w.-]{1,64}:[^\s$#%>][^\n$#%>]{0,200}?[ \t][\w.-]{1,64}\$"
                           r"|➜[ \t]+[^\s]{1,200}(?:[ \t]+git:\([^)\n]{1,200}\))?(?:[ \t]+✗)?)[ \t]+(?=\S)")
 # Secrets: each pattern keeps a harmless prefix (group 1, when it has one) and replaces the
 # secret itself. Blocks first, then tokens known by their prefix, then the classes behind the
@@ -2131,8 +2133,9 @@ def sub_paths(replace, text):
 _URL_RE = LazyRe(r"\b[A-Za-z][A-Za-z0-9+.-]{0,15}://([^\s/?#]{1,253})(\S*?)(?=[?#]|[.,;:!)\]'\"]?(?:\s|$))\S*")
 
 
-# A date inside a word: a dated file's name (`debug-2026-01-26t15-12-40`) names one run, not a concept.
-_DATED_RE = LazyRe(r"(?:19|20)\d\d-?[01]\d-?[0-3]\d")
+# A date inside a word: a dated file's name (`debug-2026-01-26t15-12-40`, `restore-28-jul-2025`)
+# names one run, not a concept.
+_DATED_RE = LazyRe(r"(?:19|20)\d\d-?[01]\d-?[0-3]\d|\d-(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*-\d")
 
 
 def url_words(match):
@@ -2426,7 +2429,7 @@ class HeuristicExtractor:
 
     def extract(self, text, origin="prompt", file_path=None):
         body = _PREFIX_RE.sub("", text or "").strip()
-        if origin == "prompt" and ("@" in body or "PS " in body or "➜" in body):
+        if origin == "prompt" and ("@" in body or "PS " in body or "➜" in body or "$ " in body):
             body = _SHELL_PROMPT_RE.sub("", body)
         return {"title": self.title(body, origin, file_path),
                 "topics": self.topics(body, file_path, said=origin == "prompt"),
@@ -2628,9 +2631,10 @@ def update_plans(store, change):
 def plan_change(payload):
     """What a PLAN_TOOLS call does to its session's task list ([[id, text, status]] in the order
     the items were made), as a function of the list before it; None when it says nothing usable.
-    TodoWrite sends the whole list (Gemini CLI's items say `description`); TaskCreate adds an item (its id is in the response); TaskUpdate
-    sets an item's status or subject, or deletes it. Hooks of calls made together may land in any
-    order: an update of an item not made yet keeps its status for the TaskCreate to come."""
+    TodoWrite sends the whole list (Gemini CLI's items say `description`); TaskCreate adds an item
+    (its id is in the response); TaskUpdate sets an item's status or subject, or deletes it. Hooks
+    of calls made together may land in any order: an update of an item not made yet keeps its
+    status for the TaskCreate to come."""
     tool, inp, resp = payload.get("tool_name"), payload.get("tool_input"), payload.get("tool_response")
     inp = inp if isinstance(inp, dict) else {}
     status = inp.get("status") if inp.get("status") in PLAN_OPEN + ("completed", "deleted") else None

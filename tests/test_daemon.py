@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPT, cli, cli_json, hook
-from support import (DEADLINE, bash_payload, check_prompt_answer, daemon_pids, prompt_payload, stop_daemons,
-                     store_of, wait_for)
+from support import (DEADLINE, bash_payload, check_prompt_answer, daemon_pids, post_payload, prompt_payload,
+                     stop_daemons, store_of, wait_for)
 
 import ai_smartness as mod
 
@@ -291,6 +291,20 @@ def test_twenty_concurrent_capture_hooks_without_a_daemon(project):
     counts = wait_for(lambda: all_stored(project, markers), "all 20 captures in threads")
     assert counts == {m: 1 for m in markers}
     assert len(daemon_pids(project)) == 1
+
+
+def test_twenty_tasks_made_at_once_are_all_in_the_task_list(project):
+    """Claude Code runs the PostToolUse hooks of calls made together at the same time: every
+    TaskCreate lands in the session's list, with the daemon answering and without one."""
+    def burst(session):
+        finish([hook_proc("capture", post_payload("TaskCreate", {"subject": f"Step {i:02d}"}, {"task": {"id": str(i)}},
+                                                  session=session, project=project), project) for i in range(20)])
+    burst("s-no-daemon")
+    start(project)
+    burst("s-daemon")
+    lists = mod.task_lists(mod.Store(mod.data_dir_of(str(project))).heartbeat())
+    for session in ("s-no-daemon", "s-daemon"):
+        assert sorted(x[1] for x in lists[session]["items"]) == [f"Step {i:02d}" for i in range(20)]
 
 
 def test_inbox_is_drained_after_a_crash_without_duplicates(project):

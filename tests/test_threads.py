@@ -235,6 +235,11 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     zsh = ais.EXTRACTOR.extract("base) ➜  golfgod_x_convex git:(main) ✗ npx convex dev\n✖ Error: Unable to finish push",
                                 "prompt")
     assert zsh["title"] == "npx convex dev" and "golfgod_x_convex" not in zsh["topics"]
+    mac = ais.EXTRACTOR.extract("Mac:etl-restore-28-Jul-2025 copy dana$ python3 'scripts/months.py'\n"
+                                "bash: python: command not found", "prompt")  # macOS bash's prompt, a dated folder
+    assert mac["title"] == "python3 'scripts/months.py'" and not {"mac", "dana"} & set(mac["topics"]), mac
+    assert not [t for t in mac["topics"] if "jul" in t], mac["topics"]
+    assert ais.EXTRACTOR.extract("Note: the cost is 5$ per seat", "prompt")["title"] == "Note: the cost is 5$ per seat"
     # A paste that starts mid-word: the fragment is no title; a dated log's name is no topic.
     cut = ais.EXTRACTOR.extract("ble.\nWelcome to developing with Convex, log in.\nsee chess-debug-2026-01-26t15-12-40.txt",
                                 "prompt")
