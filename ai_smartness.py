@@ -2612,10 +2612,9 @@ def task_lists(doc):
     plans = doc.get("plans") if isinstance(doc, dict) else None
     out = {}
     for session, plan in (plans.items() if isinstance(plans, dict) else ()):
-        items = plan.get("items") if isinstance(plan, dict) else None
-        if isinstance(plan.get("at") if isinstance(plan, dict) else None, str) and isinstance(items, list):
-            out[session] = {"at": plan["at"], "items": [x for x in items if isinstance(x, list) and len(x) == 3
-                                                        and all(isinstance(v, str) for v in x)]}
+        if isinstance(plan, dict) and isinstance(plan.get("at"), str) and isinstance(plan.get("items"), list):
+            out[session] = {"at": plan["at"], "items": [x for x in plan["items"] if isinstance(x, list)
+                                                        and len(x) == 3 and all(isinstance(v, str) for v in x)]}
     return out
 
 
@@ -2637,7 +2636,6 @@ def plan_change(payload):
     status for the TaskCreate to come."""
     tool, inp, resp = payload.get("tool_name"), payload.get("tool_input"), payload.get("tool_response")
     inp = inp if isinstance(inp, dict) else {}
-    status = inp.get("status") if inp.get("status") in PLAN_OPEN + ("completed", "deleted") else None
     if tool == "TodoWrite":
         todos = inp.get("todos")
         if not isinstance(todos, list):
@@ -2658,6 +2656,7 @@ def plan_change(payload):
         return lambda old: [x for x in old if x[0] != item[0]] + [
             item[:2] + [next((x[2] for x in old if x[0] == item[0]), item[2])]]
     tid = inp.get("taskId")
+    status = inp.get("status") if inp.get("status") in PLAN_OPEN + ("completed", "deleted") else None
     subject = inp.get("subject") if isinstance(inp.get("subject"), str) and inp["subject"].strip() else None
     if tool != "TaskUpdate" or not isinstance(tid, (str, int)) or not (status or subject):
         return None
