@@ -2111,7 +2111,37 @@ CONCEPTS = {
 # other task ("run", "job"), and held-out streams lost purity.
 CONCEPT_KIN = {"database": "migration", "migration": "database", "ui": "style", "style": "ui",
                "auth": "security", "security": "auth"}
-_WORD_RE = LazyRe(r"[^\W_][\w'’-]*[^\W_]|[^\W_]", re.U)
+# Combining marks a word goes on through (\w has none): what NFC leaves of accents, Hebrew and
+# Arabic points, the vowel signs of Indic scripts (each block's marks at the same offsets), of
+# Thai, Lao, Tibetan, Myanmar and Khmer, kana voicing. Without them "เว็บไซต์" is "เว", "บไซต".
+_MARKS = ("\u0300-\u036f\u0483-\u0489\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7\u0610-\u061a"
+          "\u064b-\u065f\u0670\u06d6-\u06dc\u06df-\u06e4\u06e7\u06e8\u06ea-\u06ed"
+          + "".join(f"{chr(b)}-{chr(b + 3)}{chr(b + 0x3a)}-{chr(b + 0x57)}{chr(b + 0x62)}{chr(b + 0x63)}"
+                    for b in range(0x900, 0xe00, 0x80))
+          + "\u0dd8-\u0ddf\u0df2\u0df3\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u0eb1\u0eb4-\u0ebc\u0ec8-\u0ece"
+          "\u0f71-\u0f84\u102b-\u103e\u1056-\u1059\u17b4-\u17d3\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff"
+          "\ufe20-\ufe2f\u3099\u309a")
+_MARK_RE = LazyRe(f"[{_MARKS}]")
+_LETTER = rf"(?:[^\W_]|[{_MARKS}])"  # a letter or digit, or a mark on one
+
+
+class WordRe:
+    """A word pattern (`marked`: one that goes on through combining marks) and its faster form
+    without them (`plain`) for the text that has no mark, nearly all of it."""
+    __slots__ = ("plain", "marked")
+
+    def __init__(self, plain, marked):
+        self.plain, self.marked = LazyRe(plain, re.U), LazyRe(marked, re.U)
+
+    def findall(self, text):
+        return (self.plain if text.isascii() or not _MARK_RE.search(text) else self.marked).findall(text)
+
+
+_WORD_RE = WordRe(r"[^\W_][\w'’-]*[^\W_]|[^\W_]", rf"[^\W_][\w'’{_MARKS}-]*{_LETTER}|[^\W_]")
+# Scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, Chinese, Japanese): a
+# run of them is a phrase, a topic only when it is as short as a word (UNSPACED_TOPIC_LETTERS).
+_UNSPACED_RE = LazyRe("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u2e80-\u9fff\uf900-\ufaff\uff66-\uff9f]")
+UNSPACED_TOPIC_LETTERS = 6
 # A path with a directory part: only its last part names something (the folders are the
 # install location, /tmp, a home).
 # A path from a root or a home folder (`/home/me/app/x.ts`, `~/x`, `C:\\app\\x.ts`): not a project path.
@@ -2145,14 +2175,14 @@ def url_words(match):
     return " ".join(["", site, *last, ""])
 
 
-_PART_RE = LazyRe(r"[^\W_]+", re.U)
+_PART_RE = WordRe(r"[^\W_]+", rf"[^\W_]{_LETTER}*")
 # The columns of an `ls -l` line before the name (mode, links, owner, group, size, date): the
 # owner would be a topic of every listing.
 _LS_LONG_RE = LazyRe(r"(?m)^[-dlbcps][rwxsStT-]{9}[@+.]?[ \t]+\d+[ \t]+\S+[ \t]+\S+[ \t]+[\d,.]+[KMGT]?[ \t]+"
                      r"(?:[A-Za-z]{3}[ \t]+\d{1,2}|\d{1,2}[ \t]+[A-Za-z]{3}|\d{4}-\d\d-\d\d)[ \t]+(?:\d{1,2}:\d\d|\d{4})[ \t]+")
 # Word parts joined by _ or . (one scan finds words and identifiers alike, without the
 # backtracking of a pattern that needs a separator).
-_CHAIN_RE = LazyRe(r"[^\W_]+(?:[_.][^\W_]+)*", re.U)
+_CHAIN_RE = WordRe(r"[^\W_]+(?:[_.][^\W_]+)*", rf"[^\W_]{_LETTER}*(?:[_.][^\W_]{_LETTER}*)*")
 
 
 def strip_markup(text):
@@ -2294,11 +2324,20 @@ def is_noise(text, min_chars=3):
     return is_json_metadata(stripped)
 
 
+def nfc(text):
+    """`text` composed (NFC): macOS gives file names, and some apps pasted text, with their accents
+    as separate marks ("fene\u0302tre"), which would not match the same word typed."""
+    if text.isascii():
+        return text
+    import unicodedata
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
 def clean_for_storage(text, limit=MAX_MESSAGE_CHARS):
     """The one path every stored text goes through: size cap, markup, redaction."""
     if not isinstance(text, str):
         text = str(text)
-    text = strip_markup(redact(text)[:MAX_CAPTURE_CHARS])
+    text = strip_markup(redact(nfc(text))[:MAX_CAPTURE_CHARS])
     text = _PREFIX_RE.sub("", text)
     text = redact(text)  # markup removed can join what it separated
     if len(text) > limit:
@@ -2380,6 +2419,7 @@ def terms(text):
         idents = [w for chain in text.translate(_ASCII_CHAINS).split() if "_" in chain or "." in chain
                   for w in _CHAIN_RE.findall(chain) if "_" in w or "." in w] if _joins_words(text) else []
     else:
+        text = nfc(text)
         chains = _CHAIN_RE.findall(text)
         idents = [w for w in chains if "_" in w or "." in w]
         parts = _PART_RE.findall(text) if idents else chains
@@ -2471,8 +2511,10 @@ class HeuristicExtractor:
             if ((len(word) < 3 and not (raw.isupper() and word in _concept_index())) or word in STOPWORDS or word in GENERIC_WORDS
                     or word in code_words
                     or word in ACKNOWLEDGEMENTS or word[0].isdigit() or word.startswith("--")
-                    or sum(c.isdigit() for c in word) * 2 >= len(word) or _DATED_RE.search(word)):
-                continue  # numbers, sizes (1rem), dates, versions, flags and dated names (logs) name no concept
+                    or sum(c.isdigit() for c in word) * 2 >= len(word) or _DATED_RE.search(word)
+                    or (not word.isascii() and sum(map(str.isalnum, word)) > UNSPACED_TOPIC_LETTERS
+                        and _UNSPACED_RE.search(word))):
+                continue  # numbers, sizes (1rem), dates, versions, flags, dated names (logs), phrases name no concept
             # Identifiers and acronyms name topics better than prose words. (isalpha() and
             # islower() first: they answer for most words without a scan in Python.)
             bonus = 1.0 + (0.5 if ("_" in raw or raw.isupper()

@@ -219,6 +219,36 @@ def test_a_url_gives_its_site_and_last_segment_as_topics_not_its_scheme_or_host_
     assert ai.EXTRACTOR.topics("see https://github.com/acme/api/issues/377#issuecomment-12).") == ["github"]
 
 
+def test_words_with_combining_marks_stay_whole():
+    """Thai and Indic vowel signs are marks, which \\w does not match: "เว็บไซต์" (website) had
+    given the topics "เว" and "บไซต"."""
+    thai = "แก้ เว็บไซต์ ให้ ปุ่ม ใหม่ on the homepage"
+    assert {"เว็บไซต์", "homepage"} <= set(ai.EXTRACTOR.topics(thai, said=True))
+    assert "เว็บไซต์" in ai.terms(thai) and "บไซต" not in ai.terms(thai)
+    hindi = "लॉगिन पेज ठीक करो"
+    assert ai.terms(hindi) == ["लॉगिन", "पेज", "ठीक", "करो"]
+    assert ai.words("नमस्ते दुनिया") == ["नमस्ते", "दुनिया"]
+
+
+def test_a_phrase_of_a_script_written_without_spaces_is_no_topic():
+    """A run of Thai or Chinese is a phrase, not a word: a topic only when it is as short as one."""
+    topics = ai.EXTRACTOR.topics("On the page เว็บจากผู้เข้าร่วมชาแลนจ์ replace the dummy block with 网站 "
+                                 "修复登录页面的样式问题", said=True)
+    assert {"page", "replace", "dummy", "block"} <= set(topics)
+    assert not [t for t in topics if not t.isascii()]
+    assert "เว็บไซต์" in ai.EXTRACTOR.topics("ปรับ เว็บไซต์ และ เว็บไซต์", said=True)
+
+
+def test_decomposed_accents_are_stored_and_matched_composed():
+    """macOS file names, and text some apps paste, carry accents as separate marks."""
+    import unicodedata
+    typed = "Corrige la fenêtre de vérification côté serveur"
+    pasted = unicodedata.normalize("NFD", typed)
+    assert pasted != typed and ai.clean_for_storage(pasted) == typed
+    assert ai.terms(pasted) == ai.terms(typed)
+    assert {"fenêtre", "vérification"} <= set(ai.EXTRACTOR.topics(ai.clean_for_storage(pasted), said=True))
+
+
 def test_topics_dedupe_stems():
     topics = ai.EXTRACTOR.topics("migration migrations migration postgres")
     assert len([t for t in topics if t.startswith("migration")]) == 1
