@@ -4032,9 +4032,10 @@ _RULE_LEAD_RE = LazyRe(
 _RULE_VOCATIVE_RE = LazyRe(r"^[A-ZÀ-Ý][\w'-]{1,20},\s+")
 # A leading condition ("when naming methods, …", "for all functions, …") before the verb.
 _RULE_CLAUSE_RE = LazyRe(
-    r"^(?:(?:from now on|going forward|moving forward|from here on|henceforth|à partir de maintenant|dorénavant|"
-    r"désormais|a partir de ahora|de ahora en adelante)\s*,?\s*)?(?:(?:when(?:ever)?|if|for|in|on|before|after|"
-    r"while|regarding|as for|quand|lorsque|si|pour|dans|avant|après|cuando|para|en|antes|después)\b[^,]{1,80},\s*)?",
+    r"^(?:(?:from now on|going forward|moving forward|from here on|henceforth|in (?:the )?future|à partir de maintenant|"
+    r"dorénavant|désormais|à l'avenir|a partir de ahora|de ahora en adelante|en el futuro)\s*,?\s*)?"
+    r"(?:(?:when(?:ever)?|if|for|in|on|before|after|every ?time|each time|while|regarding|as for|quand|lorsque|si|"
+    r"chaque fois|pour|dans|avant|après|cuando|cada vez|para|en|antes|después)\b[^,]{1,80},\s*)?",
     re.I)
 # Verbs of coding work, as an imperative or after "always" / "never" (fr / es: imperative,
 # infinitive).
@@ -4046,32 +4047,45 @@ _RULE_VERB = (
     r"upgrade|store|save|read|review|ask|explain|reply|answer|respond|mention|cite|link|sign|tag|label|sort|"
     r"stick|leave|stop|do|rename|refactor|split|limit|close|encode|escape|quote|sanitize|hash|encrypt|"
     r"deploy|build|bump|modify|edit|change|hardcode|expose|cache|mock|skip|ignore|disable|enable|remember|"
-    r"open|stage|specify|assert|give|treat|default|exclude|convert|describe|"
+    r"open|stage|specify|assert|give|treat|default|exclude|convert|describe|touch|alter|move|copy|revert|pull|"
+    r"migrate|clean|"
     r"utilise[rz]?|ajoute[rz]?|commence[rz]?|termine[rz]?|mets|mettez|mettre|écri(?:s|re|vez)|lance[rz]?|"
     r"nomme[rz]?|évite[rz]?|garde[rz]?|importe[rz]?|documente[rz]?|teste[rz]?|préfixe[rz]?|inclu(?:s|re|ez)|"
     r"vérifie[rz]?|fai(?:s|re|tes)|pousse[rz]?|supprime[rz]?|crée[rz]?|renomme[rz]?|commente[rz]?|"
-    r"annote[rz]?|respecte[rz]?|sui(?:s|vre|vez)|exécute[rz]?|place[rz]?|préfère[rz]?|"
+    r"annote[rz]?|respecte[rz]?|sui(?:s|vre|vez)|exécute[rz]?|place[rz]?|préfère[rz]?|modifie[rz]?|touche[rz]?|"
     r"usa[r]?|utiliza[r]?|agrega[r]?|añad(?:e|ir)|empieza|empezar|comienza|comenzar|termina[r]?|pon|poner|"
     r"escrib(?:e|ir)|evita[r]?|importa[r]?|nombra[r]?|inclu(?:ye|ir)|documenta[r]?|prueba|probar|revisa[r]?|"
     r"ejecuta[r]?|borra[r]?|elimina[r]?|crea[r]?|sigue|seguir|comenta[r]?|haz|hacer|mantén|mantener|"
-    r"verifica[r]?|llama[r]?)\b")
-_RULE_IMPERATIVE_RE = LazyRe(r"^(?:please\s+|por favor,?\s+|merci de\s+)?(?:(?:don'?t|do not|never|no|ne)\s+)?"
+    r"verifica[r]?|llama[r]?|modifica[r]?|toca[r]?|sube|subir)\b")
+_RULE_IMPERATIVE_RE = LazyRe(r"^(?:please\s+|por favor,?\s+|merci de\s+)?(?:(?:don'?t|do not|never|no|ne)\s+(?:ever\s+)?)?"
                              + _RULE_VERB, re.I)
 # The plainest rule: "always" / "never" / "don't" opening the sentence, before a verb.
-_RULE_PLAIN_RE = LazyRe(r"^(?:please\s+)?(?P<en>always|never|don'?t|do not)\s+(?!\w+\s+(?:that|by)\b)|"
+_RULE_PLAIN_RE = LazyRe(r"^(?:please\s+)?(?P<en>always|never|don'?t|do not)\s+(?:ever\s+)?(?!\w+\s+(?:that|by)\b)|"
                         r"^(?:toujours|jamais|ne jamais|siempre|nunca)\b", re.I)
 # A direction to act ("run the linter before every commit") rather than to be ("make sure
 # your code is clean"): a verb first, and no quality to aim at.
-_RULE_ACT_RE = LazyRe(r"^(?:(?:make sure|be sure|remember|don'?t forget|do not forget) to\s+|"
-                      r"(?:i|we)(?:'d| would)? (?:like|want|need) you to\s+|please\s+|"
+_RULE_ACT_RE = LazyRe(r"^(?:(?:(?:make sure|be sure|remember|don'?t forget|do not forget) to\s+|"
+                      r"(?:i|we)(?:'d| would)? (?:like|want|need) you to\s+|please\s+|por favor,?\s+|"
+                      r"you (?:must|should|need to|have to|ought to)\s+|i prefer (?:that )?you\s+|"
                       r"(?:n'oublie[sz]? pas|assure[sz]?[- ](?:toi|vous)|merci|asegúrate|asegúrese) de\s+|no olvides(?: de)?\s+|"
-                      r"(?:veille[sz]?|pense[sz]?) à\s+|recuerda\s+)?(?:toujours\s+|jamais\s+|siempre\s+|nunca\s+)?"
-                      + _RULE_VERB
-                      + r"(?!\s+(?:that|by)\b)", re.I)
+                      r"(?:veille[sz]?|pense[sz]?) à\s+|recuerda\s+|tu dois\s+|vous devez\s+|il faut\s+|tienes que\s+|"
+                      r"debes\s+|hay que\s+)?(?:always\s+|never\s+|toujours\s+|jamais\s+|siempre\s+|nunca\s+)?"
+                      r"(?:(?:don'?t|do not|never|ne|no)\s+(?:ever\s+)?)?" + _RULE_VERB + "|"
+                      # after "que" the verb is a subjunctive: any word
+                      r"(?:je (?:veux|voudrais|souhaite|préfère) que (?:tu|vous)|j'aimerais que (?:tu|vous)|"
+                      r"il faut que (?:tu|vous)|(?:quiero|prefiero|necesito) que|me gustaría que)\s+"
+                      r"(?:(?:toujours|jamais|siempre|nunca|ne|no)\s+)?\w+)"
+                      r"(?!\s+(?:that|by)\b)", re.I)
+# What a convention says its object must be or do ("all new files should be TypeScript").
+_RULE_MODAL_RE = LazyRe(r"^(?:all |every |each |any |new |our |the )*[\w.-]+(?: [\w.-]+){0,3} (?:should|must|shall|need to|"
+                        r"have to|has to)(?: always| never| not)? (?:be|use|have|follow|go|live|start|end|include|contain|"
+                        r"stay|run|pass|get)\b", re.I)
 # Words that point at a rule without stating it: "start following a specific naming
 # convention", "update your approach", "remember my update".
-_RULE_EMPTY_RE = LazyRe(r"\b(?:(?:a|an|some)\s+(?:specific|particular|certain|new|different|few)|this|that|these|those|"
-                        r"it|conventions?|approach|update|change|insights?|ideas?|thinking|afraid|ce|cette|esto|esta)\b",
+_RULE_EMPTY_RE = LazyRe(r"\b(?:(?:a|an|some)\s+(?:specific|particular|certain|new|different|few)|"
+                        r"(?:this|that|these|those|ce|cette|esto|esta)\b(?!\s+(?:project|repo\w*|codebase|app|projet|dépôt|"
+                        r"proyecto|repositorio))|"
+                        r"it|conventions?|approach|update|change|insights?|ideas?|thinking|afraid|points?|things?|tips?)\b",
                         re.I)
 _RULE_POINTER_RE = LazyRe(r"\b(?:(?:a|an|some|two|three)\s+(?:specific|particular|certain|new|different)|the|this|that|"
                           r"these|those)\s+(?:decorators?|modules?|conventions?|practices?|rules?|approach|ones?|prefix|suffix)\b",
@@ -4081,11 +4095,12 @@ _RULE_VAGUE_RE = LazyRe(
     r"efficien\w*|quality|best|attention|focus\w*|well|proper\w*|thorough\w*|careful\w*|robust|secure|safe|good|"
     r"great|high|important|aware|mind|comfortable|familiar\w*|standards?|guidelines?|style|feel|learning|"
     r"propre|lisible|claro|limpio|legible)\b", re.I)
-# "always" / "never" before a verb (fr / es: any infinitive, "jamais de…"), not after a subject:
-# "I always forget" tells a habit.
-_RULE_ALWAYS_RE = LazyRe(r"(?<![\w'])(?:(i|we|they|he|she|it|people|everyone|je|nous|on|yo|nosotros)\s+)?"
+# "always" / "never" before a verb (fr / es: any infinitive, "jamais de…"; "nunca hagas", the
+# negative imperative), not after a subject: "I always forget" tells a habit.
+_RULE_ALWAYS_RE = LazyRe(r"(?<![\w'])(?:(i|we|they|he|she|it|people|everyone|je|tu|il|elle|nous|vous|ils|elles|on|yo|"
+                         r"él|ella|nosotros|ellos)\s+)?(?:" + _RULE_VERB + r"\s+(?:toujours|jamais|siempre|nunca)\b|"
                          r"(?:(?:always|never)\s+(?:\w+ly\s+)?" + _RULE_VERB + r"|(?:toujours|jamais|siempre|nunca)\s+"
-                         r"(?:de\b|d'|" + _RULE_VERB + r"|\w+(?:er|ir|re|ar)\b))", re.I)
+                         r"(?:de\b|d'|" + _RULE_VERB + r"|\w+(?:er|ir|re|ar)\b)|nunca\s+\w+(?:as|es)\b))", re.I)
 _RULE_CUE_RE = LazyRe(
     r"\b(?:make sure|be sure to|ensure|remember to|don'?t forget to|do not forget to|"
     r"(?:i|we)(?:'d| would)? (?:like|want|need|expect) (?:you|all of you|everyone) to (?!know\b|understand\b|feel\b|"
@@ -4103,6 +4118,7 @@ _RULE_CUE_RE = LazyRe(
 # What makes a direction standing rather than this turn's task.
 _RULE_STANDING_RE = LazyRe(
     r"\b(?:from now on|going forward|moving forward|from here on|henceforth|in (?:the )?future|always|never|"
+    r"(?:don'?t|do not) ever|default to|i prefer (?:that )?you|"
     r"every ?time|each time|whenever|at all times|by default|as a (?:rule|convention|habit)|habit|"
     r"(?:all|every|each|any)\b(?:\s+(?:of|your|the|our|my|new|future))*\s+\w+|"
     r"when(?:ever)?\s+(?:you(?:'re| are)?\s+)?\w+ing\b|"
@@ -4141,7 +4157,9 @@ _RULE_QUOTED_RE = LazyRe(r"(?<!\w)'[^'\n]{1,40}'(?!\w)|\"[^\"\n]{1,40}\"|`[^`\n]
 _RULE_OBJECT_RE = LazyRe(
     r"(?<!\w)'[^'\n]{1,40}'(?!\w)|\"[^\"\n]{1,40}\"|`[^`\n]+`|@\w+|\b\w+_\w*|\b_\w+|\b\w+\.[a-z]{1,5}\b|\w/\w|"
     r"\b(?:code|codebase|tests?|testing|commits?|push(?:es|ing)?|merg\w+|branch(?:es)?|"
-    r"pull requests?|prs?|lint\w*|format\w*|files?|folders?|director(?:y|ies)|functions?|methods?|"
+    r"pull requests?|prs?|lint\w*|format\w*|files?|folders?|director(?:y|ies)|functions?|methods?|exports?|commit\w*|"
+    r"components?|yarn|pnpm|black|ruff|eslint|prettier|mypy|cargo|poetry|var|const|enums?|interfaces?|structs?|"
+    r"async|await|callbacks?|promises?|f-strings?|regex(?:es)?|loops?|globals?|"
     r"class(?:es)?|variables?|constants?|attributes?|propert(?:y|ies)|arguments?|args?|parameters?|params?|"
     r"names?|naming|identifiers?|imports?|modules?|librar(?:y|ies)|packages?|dependenc(?:y|ies)|"
     r"type ?hints?|types?|annotations?|docstrings?|comments?|documentation|docs|readme|changelog|apis?|"
@@ -4150,6 +4168,7 @@ _RULE_OBJECT_RE = LazyRe(
     r"config\w*|secrets?|keys?|passwords?|tokens?|credentials|tabs|spaces|indentation|strings?|quotes|"
     r"camel ?case|pascal ?case|snake ?case|upper ?case|lower ?case|prefix\w*|suffix\w*|diffs?|reviews?|"
     r"git|docker|python|javascript|typescript|shell|bash|npm|pip|pytest|versions?|tags?|releases?|"
+    r"answers?|replies|english|french|spanish|réponses?|français|anglais|respuestas?|español|inglés|"
     r"fonctions?|méthodes?|fichiers?|dossiers?|dépôt|dépendances?|commentaires?|bibliothèques?|erreurs?|"
     r"clés?|tabulations?|espaces|noms?|código|pruebas?|funci(?:ón|ones)|métodos?|clases?|archivos?|"
     r"carpetas?|repositorio|dependencias?|ramas?|documentación|comentarios?|migraci(?:ón|ones)|nombres?|"
@@ -4164,8 +4183,9 @@ _RULE_PLEASANTRY_RE = LazyRe(
 _RULE_WRAPPER_RE = LazyRe(
     r"^(?:(?:from now on|going forward|moving forward|from here on|henceforth|in the future|à partir de maintenant|"
     r"dorénavant|désormais|à l'avenir|a partir de ahora|de ahora en adelante|en adelante|desde ahora)\s*,?\s*|"
-    r"(?:i|we)(?:'d| would)? (?:like|want|need|expect) (?:you )?to\s+|please\s+|"
-    r"(?:remember|make sure|be sure|don'?t forget|do not forget) to\s+|"
+    r"(?:i|we)(?:'d| would)? (?:like|want|need|expect) (?:you )?to\s+|please\s+|por favor,?\s+|merci de\s+|"
+    r"you (?:must|should|need to|have to|ought to)\s+|tu dois\s+|vous devez\s+|il faut\s+(?!que)|"
+    r"tienes que\s+|debes\s+|hay que\s+|(?:remember|make sure|be sure|don'?t forget|do not forget) to\s+|"
     r"(?:make sure|ensure)(?: that)?(?: you(?:'re| are)?)?\s+|(?:(?:i|we)(?: also)?(?: want to| would like to|'d like to)? )?"
     r"(?:emphasi[sz]e|stress|reinforce|highlight)\s+(?:the importance of|that)?\s*|"
     r"(?:get into|make it) (?:the|a) habit (?:of|to)\s+|[a-z]+ly\s+(?=\w+ing\b)|"
@@ -4222,12 +4242,15 @@ def _rule_sentence(piece):
     core = _RULE_CLAUSE_RE.sub("", body)
     # The small patterns first: most prompts hold no rule, and a hook process compiles only
     # what it uses.
-    standing = _RULE_STANDING_RE.search(body)
+    # (Said anywhere in the sentence: "Désormais," is no vocative.)
+    standing = _RULE_STANDING_RE.search(piece)
     # A quoted value is what the rule names, never a sign that it is general ("your chess board").
     general = _RULE_GENERAL_RE.search(_RULE_QUOTED_RE.sub('""', body))
     if not standing and not (general and (_RULE_VALUE_RE.search(body) or _RULE_ASPECT_RE.search(body))):
         return None
-    lasting = any(m.group(0).split()[0].lower() not in RULE_QUANTIFIERS for m in _RULE_STANDING_RE.finditer(body))
+    # "every time" says how long, "every file" how much.
+    lasting = any(m.group(0).split()[0].lower() not in RULE_QUANTIFIERS or m.group(0).lower().endswith(("time", "fois", "vez"))
+                  for m in _RULE_STANDING_RE.finditer(piece))
     if not lasting and (_RULE_TURN_RE.search(body) or (
             standing and _RULE_TASK_VERB_RE.match(core) and not _RULE_HABIT_RE.search(body))):
         return None  # for the turn at hand, or "all" of a task's object
@@ -4243,7 +4266,15 @@ def _rule_sentence(piece):
     # the plainest way ("never push to main"): "make sure your code is clean" is advice.
     if _plain_rule(core) or (_RULE_ASPECT_RE.search(body) and not _RULE_POINTER_RE.search(body)):
         return compact_rule(body)
-    if _RULE_ACT_RE.match(core) and not _RULE_VAGUE_RE.search(body) and not _RULE_EMPTY_RE.search(body):
+    act = _RULE_ACT_RE.match(core)
+    pointless = _RULE_VAGUE_RE.search(body) or (act and _RULE_EMPTY_RE.search(core[act.end():]))
+    # What it acts on says whether it points at a rule without stating it ("update your approach");
+    # its verb does not ("remember to update the CHANGELOG").
+    if act and not pointless:
+        return compact_rule(body)
+    # A convention stated of its object: "from now on, all new files should be TypeScript".
+    modal = _RULE_MODAL_RE.match(core)
+    if lasting and modal and not pointless and not _RULE_EMPTY_RE.search(modal.group()):  # not "that should be…"
         return compact_rule(body)
     return None
 
