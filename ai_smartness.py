@@ -4351,6 +4351,26 @@ _RULE_VALUE_RE = LazyRe(r"(?<!\w)'([^'\n]{1,40})'(?!\w)|\"([^\"\n]{1,40})\"|`([^
 # Values a sentence names as the old ones: "use 'm_' instead of 'x_'".
 _RULE_OLD_RE = LazyRe(r"\b(?:instead of|rather than|in place of|no longer|not|au lieu de|à la place de|"
                       r"en lugar de|en vez de)\s+(?:the\s+|using\s+|use\s+)?$", re.I)
+# A bare word a sentence names as replaced: "use yarn instead of pnpm".
+_RULE_OLD_WORD_RE = LazyRe(r"\b(?:instead of|rather than|in place of|au lieu de|à la place de|plutôt que|en lugar de|"
+                           r"en vez de)\s+(?:the\s+|using\s+|use\s+|d'utiliser\s+|de\s+|usar\s+)?([\w.+#-]+)", re.I)
+# Choices of which a project holds one at a time: a rule that swaps one for another of its group
+# replaces the rule before it ("use Vitest for tests" after "use Jest for tests").
+RULE_ALTERNATIVES = (
+    "english french spanish german italian portuguese chinese japanese korean russian français anglais espagnol "
+    "allemand inglés francés español alemán",
+    "npm yarn pnpm bun pip pipenv poetry uv conda",
+    "jest vitest mocha jasmine ava pytest unittest nose",
+    "black ruff autopep8 yapf prettier biome eslint pylint flake8",
+    "postgres postgresql mysql mariadb sqlite mongodb",
+    "webpack vite esbuild rollup parcel turbopack",
+    "javascript typescript",
+)
+_RULE_ALTERNATIVE = {}  # word -> the indexes of its groups, built on first use
+# Words that say how a rule is said, not what it is about: left out when two rules are compared
+# word for word.
+RULE_FILLER = frozenset("always never please all every each any the a an in on for to of with from now going "
+                        "forward this our your my be is are".split())
 _RULE_PRONOUN_RE = LazyRe(r"\b(?:them|it|they|these|those|names?|les|los|las)\b", re.I)
 _RULE_NEGATIVE_RE = LazyRe(r"^(?:never|don'?t|do not|avoid|stop|no longer|jamais|ne |n'|nunca|no )", re.I)
 _RULE_KIND_RE = LazyRe(
@@ -4406,7 +4426,11 @@ def rule_facets(text):
     name = aspect.lastgroup if aspect else ""
     if name in ("case", "indent", "quotes"):  # the style word is the value: "use CamelCase for classes"
         values = [re.sub(r"[ _-]", "", aspect.group().casefold())]
+    words = [w for w in re.findall(r"[\w.+#-]+", text.casefold()) if w not in RULE_FILLER]
     got = {"aspect": name, "exclusive": name in _RULE_EXCLUSIVE,
+           "key": rule_key(text), "frame": frozenset(w for w in words if not w[0].isdigit()),
+           "numbers": frozenset(w for w in words if w[0].isdigit()),
+           "old_words": frozenset(m.group(1).casefold() for m in _RULE_OLD_WORD_RE.finditer(text)) - RULE_FILLER,
            "objects": frozenset(m.lastgroup for m in _RULE_KIND_RE.finditer(text)),
            "values": frozenset(values), "old": frozenset(old), "negative": bool(_RULE_NEGATIVE_RE.match(text)),
            "terms": frozenset(terms(text))}
@@ -4425,11 +4449,35 @@ def _same_subject(new, old):
     return new["exclusive"] or new["values"] == old["values"]
 
 
+def _alternatives(one, other):
+    """Whether two words are choices of one group of RULE_ALTERNATIVES."""
+    if not _RULE_ALTERNATIVE:
+        for i, group in enumerate(RULE_ALTERNATIVES):
+            for word in group.split():
+                _RULE_ALTERNATIVE.setdefault(word, set()).add(i)
+    return bool(_RULE_ALTERNATIVE.get(one, set()) & _RULE_ALTERNATIVE.get(other, set()))
+
+
+def _swaps_a_choice(new, old):
+    """Whether `new` says what `old` says with another number ("4 spaces", "under 30 lines"; the
+    one with fewer words may leave out its scope), the other polarity, or another of the same
+    RULE_ALTERNATIVES."""
+    a, b = new["frame"], old["frame"]
+    small, big = sorted((a, b), key=len)
+    if len(small) >= 2 and small <= big and new["numbers"] and old["numbers"] and new["numbers"] != old["numbers"]:
+        return True
+    if len(a) >= 2 and a == b and new["negative"] != old["negative"]:
+        return True
+    gone, came = b - a, a - b
+    return len(gone) == len(came) == 1 and bool(a & b) and _alternatives(next(iter(gone)), next(iter(came)))
+
+
 def rule_relation(new, old):
     """"replaces" when rule facets `new` supersede `old` (the same subject with another value or
-    the other polarity, or "instead of" one of its values), "restates" when `new` says nothing
-    `old` does not, else None."""
-    if new["old"] & old["values"] and (not new["objects"] or not old["objects"] or new["objects"] & old["objects"]):
+    the other polarity, "instead of" one of its values or words, or another choice of the same
+    kind: _swaps_a_choice), "restates" when `new` says nothing `old` does not, else None."""
+    on_its_objects = not new["objects"] or not old["objects"] or new["objects"] & old["objects"]
+    if (new["old"] & old["values"] or new["old_words"] & old["frame"]) and on_its_objects:
         return "replaces"
     if _same_subject(new, old):
         if new["negative"] != old["negative"] or (new["exclusive"] and new["values"] and new["values"] != old["values"]):
@@ -4437,7 +4485,7 @@ def rule_relation(new, old):
         return "restates" if new["objects"] == old["objects"] else None  # on more objects, it adds
     if not new["aspect"] and not old["aspect"] and new["terms"] == old["terms"]:
         return "restates"
-    return None
+    return "replaces" if new["aspect"] == old["aspect"] and _swaps_a_choice(new, old) else None
 
 
 def merge_rules(rules, new_texts, now, source=None):
@@ -4497,8 +4545,8 @@ def stale_rules(rules):
         while now.get("replaced_by") in by_text and now["text"] not in seen:
             seen.add(now["text"])
             now = by_text[now["replaced_by"]]
-        if not f["exclusive"] and f["values"] and not now.get("replaced_by"):
-            out.append((f, now))
+        if not now.get("replaced_by") and (not f["exclusive"] or not f["values"]):
+            out.append((f, now))  # by its values, or by its words (mark_replaced)
     return out
 
 
@@ -4521,11 +4569,15 @@ def mark_replaced(text, stale, lang, ts=None):
     replaced led by "[replaced on <date> by: <the current rule>]": a recalled message never
     passes an old instruction off as current. The mark opens the sentence, so a cut at the end
     of the line cannot keep one without the other. `stale`: see stale_rules."""
-    if not stale or not _RULE_ASPECT_RE.search(text):
+    said = {f["key"]: cur for f, cur in stale if not f["values"]}  # replaced rules known by their words
+    if not stale or not (_RULE_ASPECT_RE.search(text) or (said and _RULE_STANDING_RE.search(text))):
         return text
     parts = _SENTENCE_END_RE.split(text)
     for i, part in enumerate(parts):
         cur = _outdated_by(rule_facets(part), stale, ts) if _RULE_VALUE_RE.search(part) else None
+        if cur is None and said:  # the sentence that stated a rule since replaced ("use Jest for tests")
+            cur = next((said[k] for k in map(rule_key, detect_rules(part)) if k in said), None)
+            cur = cur if cur is not None and (ts or 0) < ts_of(cur, "created_at") else None
         if cur is not None:
             parts[i] = tr("rule_replaced", lang, date=format_date(ts_of(cur, "created_at"), lang),
                           text=cur["text"].rstrip(".!;")) + " " + part

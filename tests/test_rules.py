@@ -146,6 +146,15 @@ def test_a_rule_that_says_them_keeps_what_them_names():
     ("Always add docstrings to your methods", "Never add docstrings to your methods"),
     ("Utilise le préfixe 'x_' pour les noms de variables", "Utilise le préfixe 'y_' pour les noms de variables"),
     ("Usa el prefijo 'v_' en los nombres de variables", "Usa el prefijo 'w_' en los nombres de variables"),
+    # Natural rules: the word "instead of" names, another number, another of one kind of choice.
+    ("Always use pnpm in this project", "Use yarn instead of pnpm"),
+    ("Always use black for formatting", "Use ruff for formatting instead of black"),
+    ("Use 2 spaces for indentation in all files", "Use 4 spaces for indentation"),
+    ("Keep functions under 50 lines", "Keep functions under 30 lines"),
+    ("Respond in French", "Respond in English"),
+    ("Use Jest for tests", "Use Vitest for tests"),
+    ("Always use pnpm in this project", "Never use pnpm in this project"),
+    ("Utilise toujours npm", "Utilise toujours pnpm"),
 ])
 def test_a_rule_on_the_same_subject_replaces_the_older_one(old, new):
     rules = []
@@ -163,6 +172,10 @@ def test_a_rule_on_the_same_subject_replaces_the_older_one(old, new):
     ("Always import the 'bz2' module", "Always import the 'gzip' module"),
     ("Always use docstrings in your methods", "Always use type hints in your methods"),
     ("Never push to main directly", "Always run the linter before committing"),
+    ("Always add type hints to public functions", "Always add docstrings to public functions"),
+    ("Always run pytest before you push", "Always run mypy before you push"),
+    ("Always run pytest before you push", "Always run black before you push"),  # two kinds of tools
+    ("Use 2 spaces for indentation", "Limit lines to 100 characters"),
 ])
 def test_different_aspects_values_that_add_up_and_other_rules_both_stay(one, other):
     rules = []
@@ -291,6 +304,17 @@ def test_context_marks_a_replaced_instruction_and_injects_only_the_current_rule(
     assert rules_line == ["User rules: Variables: names start with 'vr_'."]
     recalled = [x for x in text.splitlines() if "'x_'" in x]
     mark = f"[replaced on {ai.format_date(ai.parse_time('2024-03-11T09:00:00Z'))} by: Update on the billing code"
+    assert recalled and all(mark in x for x in recalled), text
+
+
+def test_a_natural_rule_replaced_is_marked_where_it_is_recalled_and_left_out_of_the_rules_line(project):
+    mem = ai.open_memory(str(project))
+    mem.capture("For the parser tests: use Jest for tests from now on.", source="prompt", at="2024-03-04T09:00:00Z")
+    mem.capture("Going forward, use Vitest for tests.", source="prompt", at="2024-03-11T09:00:00Z")
+    text = mem.context("write the parser tests")["text"]
+    assert [x for x in text.splitlines() if x.startswith("User rules:")] == ["User rules: Use Vitest for tests."]
+    recalled = [x for x in text.splitlines() if "Jest" in x and x.startswith("  - ")]  # messages, not titles
+    mark = f"[replaced on {ai.format_date(ai.parse_time('2024-03-11T09:00:00Z'))} by: Use Vitest for tests]"
     assert recalled and all(mark in x for x in recalled), text
 
 
