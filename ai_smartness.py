@@ -161,7 +161,7 @@ DRAIN_BATCH = 64
 TOOL_ORIGINS = {
     "Read": "file_read", "Write": "file_write", "Edit": "file_write", "MultiEdit": "file_write",
     "NotebookEdit": "file_write", "Bash": "command", "Task": "task", "Agent": "task",
-    "WebFetch": "fetch", "WebSearch": "fetch",
+    "WebFetch": "fetch", "WebSearch": "fetch", "Grep": "file_read",
 }
 # Tools that keep the agent's task list (TodoWrite before Claude Code 2.1, TaskCreate and
 # TaskUpdate since; Gemini CLI's write_todos is read as TodoWrite): no memory of their own, but
@@ -310,7 +310,7 @@ TOOL_INPUT_FIELDS = {
     "file_path": (str, 4096), "notebook_path": (str, 4096), "content": (str, None), "command": (str, None),
     "description": (str, 500), "old_string": (str, None), "new_string": (str, None), "new_source": (str, None),
     "prompt": (str, None), "url": (str, 4096), "query": (str, 2000), "subagent_type": (str, 200),
-    "edits": (list, None),
+    "edits": (list, None), "pattern": (str, 2000), "path": (str, 4096), "glob": (str, 500), "type": (str, 100),
 }
 # A payload string longer than its cut is redacted this far past the cut first (a secret left
 # cut at that end is shorter than half of it; key blocks are redacted up to the end anyway).
@@ -399,7 +399,10 @@ ERROR_LINE_CHARS = 300
 # -- files in play --
 # What a tool did to the files it names (tool_capture); "mention": a prompt or answer names it.
 FILE_OPS = {"Read": "read", "Write": "write", "Edit": "edit", "MultiEdit": "edit", "NotebookEdit": "edit",
-            "Bash": "run"}
+            "Bash": "run", "Grep": "search"}
+# A search matching more files than this says little about any one of them: none is recorded
+# as searched (the capture keeps the list).
+SEARCH_FILES = 5
 # Files one capture records at most, and path characters kept for one.
 MAX_CAPTURE_FILES, FILE_PATH_CHARS = 12, 300
 # The files a thread lists (the most recently touched), and a file's newest messages kept (the
@@ -2630,6 +2633,10 @@ def tool_capture(payload, data_dir=None):
         desc = inp.get("description") or inp.get("subagent_type") or ""
         text = f"Task {desc}: {shorten(str(inp.get('prompt') or ''), 300)}\n" \
                f"{head_tail(_response_text(resp), 1500, 500)}"
+    elif tool == "Grep":
+        text, files = _search_capture(inp, resp, project, cwd)
+        if not text:
+            return None
     else:  # WebFetch, WebSearch
         target = inp.get("url") or inp.get("query") or ""
         text = f"{tool} {target}: {shorten(str(inp.get('prompt') or ''), 200)}\n" \
@@ -2638,7 +2645,7 @@ def tool_capture(payload, data_dir=None):
     if tool == "Bash" and key:
         cap["command"] = key  # the same command run again after a failure tells whether it was fixed
     if project and tool in FILE_OPS:
-        files = [rel] if rel else [] if path else [
+        files = files if tool == "Grep" else [rel] if rel else [] if path else [
             f for f in (project_relpath(x, project, cwd) for x in _command_paths(
                 str(inp.get("command") or ""), cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None)) if f]
         if files:
@@ -2646,6 +2653,36 @@ def tool_capture(payload, data_dir=None):
             if cites:
                 cap["cites"] = cites
     return cap
+
+
+_FILE_NAME_RE = re.compile(r"[^./]\.\w{1,10}$")
+_MATCH_LINE_RE = re.compile(r"^([^\s:]+\.\w{1,10})[:-]", re.M)
+
+
+def _search_capture(inp, resp, project, cwd):
+    """A Grep call -> (text, files): where it searched, for what, and what it found (project
+    paths); the files are the searched file, or the matching files when there are few. None
+    when nothing matched: an absence is seldom worth recalling and is soon out of date."""
+    where = str(inp.get("path") or "")
+    out = resp if isinstance(resp, str) else ""
+    names = []
+    if isinstance(resp, dict):
+        names = [n for n in resp.get("filenames") if isinstance(n, str)] if isinstance(resp.get("filenames"), list) else []
+        out = str(resp.get("content") or "") or "\n".join(names)
+    if not out.strip() or out.startswith(("No matches", "No files found")):
+        return None, []
+    rel = (lambda f: project_relpath(f, project, cwd)) if project else (lambda f: None)
+    if rel(where) and _FILE_NAME_RE.search(where):  # one file searched (a folder's name has no suffix)
+        files = [rel(where)]
+    else:  # the matching files: listed, or leading each line found ("path:line:text")
+        found = [rel(n) for n in names] or [rel(m.group(1)) for m in _MATCH_LINE_RE.finditer(out)]
+        files = [f for f in dict.fromkeys(found) if f]
+    if project:
+        out = project_command(out, project)
+    scope = "".join(f" {k}={inp[k]}" for k in ("glob", "type") if isinstance(inp.get(k), str) and inp[k])
+    pattern = shorten(redact(str(inp.get("pattern") or "")), 200)
+    text = f"Searched {rel(where) or where or 'the project'} for `{pattern}`{scope}:\n{head_tail(out, 900, 300)}"
+    return text, files[:MAX_CAPTURE_FILES] if len(files) <= SEARCH_FILES else []
 
 
 def task_lists(doc):
@@ -2742,6 +2779,8 @@ def project_command(command, project):
         forms = [re.escape(f) for f in dict.fromkeys((root, root.replace(" ", "\\ ")))]
         folder = "|".join(forms + [f'"{f}"' for f in forms] + [f"'{f}'" for f in forms])
         command = re.sub(rf"^\s*cd\s+(?:{folder})/?\s*(?:&&|;)\s*", "", command, count=1)
+        # A later step's `cd` back into it: the folder itself is "." (never a longer name it begins).
+        command = re.sub(rf"(?<=[\s;&|(])cd\s+(?:{folder})/?(?=\s*(?:&&|;|\|\||$))", "cd .", command, flags=re.M)
         for form in dict.fromkeys((root, root.replace(" ", "\\ "))):
             command = command.replace(form + "/", "")
     return command
@@ -5492,12 +5531,13 @@ class FileTable:
                                          "stem": set(terms(_CAMEL_RE.sub(" ", name.rsplit(".", 1)[0])))}
                 self.by_base.setdefault(name, set()).add(path)
                 self._learn(path, terms(path.replace("/", " ")))
-            st["mids"].append(msg["id"])
+            if op != "search":  # a search's few lines: found by what it looked for, not quoted as the file
+                st["mids"].append(msg["id"])
             if op in ("read", "write"):
                 st["state"] = msg["id"]  # the file's content as last seen (its head: tool_capture)
                 cites = msg.get("cites")  # the files that content names
                 st["cites"] = [c for c in cites if isinstance(c, str)] if isinstance(cites, list) else ()
-            if op != "mention":
+            if op not in ("mention", "search"):  # a search looked for something: no work on the file yet
                 st["n"] += 1
                 st["last"], st["op"] = max(st["last"], ts), op
                 if turn and path not in turn[1]:

@@ -167,6 +167,29 @@ def test_a_cd_the_client_keeps_places_each_command_file_once(sandbox):
     assert command_files() == ["web/src/a.txt", "web/src/b.txt"]
 
 
+def test_a_search_the_client_runs_is_kept_with_what_it_found(sandbox):
+    """The real client's Grep (its own search, its own result shape) reaches the capture hook:
+    the memory keeps where it searched, for what and the lines found, by project path."""
+    box = sandbox
+    box.write("src/billing.py", "def invoice_total(rows):\n    return sum(r.amount for r in rows)\n")
+    turns = [tool_use("Grep", {"pattern": "invoice_total", "path": str(box.project / "src" / "billing.py"),
+                               "output_mode": "content", "-n": True}, id="toolu_grep"), FINAL]
+    with FakeAnthropic(turns) as api:
+        # 2.1.197 searches through Bash unless Grep is asked for by name (older clients: always Grep).
+        bodies = run_ok(box, api, "where is the invoice total computed?", "--allowedTools", "Grep")
+    found = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_grep"]
+    assert found and not found[0]["is_error"] and "invoice_total" in found[0]["text"], found
+
+    def searches():
+        done = box.cli("export")
+        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
+        return [m for t in threads for m in t["messages"] if m["text"].startswith("Searched")]
+    assert wait_for(searches, timeout=90), searches()
+    [search] = searches()
+    assert search["text"].startswith("Searched src/billing.py for `invoice_total`:\n") and "def invoice_total" in search["text"]
+    assert search["files"] == ["src/billing.py"] and search["op"] == "search"
+
+
 def test_a_session_in_a_git_worktree_shares_the_projects_memory(sandbox):
     """`claude --worktree` works in .claude/worktrees/<name>/ and gives the hooks that folder as
     CLAUDE_PROJECT_DIR and cwd; with the settings committed the hooks fire there. Its files are

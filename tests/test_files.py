@@ -122,10 +122,19 @@ def test_a_cd_the_client_kept_is_not_applied_twice(project):
     ("Bash", {"command": "cd tools && ./deploy staging"}, {"stdout": "ok"}, ["tools/deploy"], "run"),
     ("Read", {"file_path": "/elsewhere/c.py"}, {"file": {"content": "pass\n"}}, None, None),
     ("Bash", {"command": "git status"}, {"stdout": "clean"}, None, None),
+    ("Grep", {"pattern": "def load", "path": "{p}/src/a.py", "output_mode": "content", "-n": True},
+     {"mode": "content", "content": "12:def load(path):", "numLines": 1}, ["src/a.py"], "search"),
+    ("Grep", {"pattern": "LoginForm", "output_mode": "files_with_matches"},
+     {"mode": "files_with_matches", "filenames": ["{p}/src/Login.tsx", "{p}/src/App.tsx"], "numFiles": 2},
+     ["src/Login.tsx", "src/App.tsx"], "search"),
+    ("Grep", {"pattern": "api_key", "path": "{p}/src", "output_mode": "content"},
+     {"mode": "content", "content": "src/config.py:API_KEY = env('API_KEY')\nsrc/client.py:  key = API_KEY"},
+     ["src/config.py", "src/client.py"], "search"),
 ])
 def test_a_tool_capture_records_the_files_it_touched(project, tool, tool_input, response, files, op):
     data_dir = str(project / ".ai")
-    tool_input = {k: v.replace("{p}", str(project)) for k, v in tool_input.items()}
+    tool_input = {k: v.replace("{p}", str(project)) if isinstance(v, str) else v for k, v in tool_input.items()}
+    response = json.loads(json.dumps(response).replace("{p}", str(project)))
     cap = ais.tool_capture({"tool_name": tool, "tool_input": tool_input, "tool_response": response,
                             "cwd": str(project)}, data_dir)
     assert cap.get("files") == files and cap.get("op") == op
@@ -149,6 +158,33 @@ def test_a_command_is_kept_with_project_paths_and_without_a_cd_into_the_project(
     other = ais.tool_capture({"tool_name": "Bash", "tool_input": {"command": f'cd "{root}/web" && npm test'},
                               "tool_response": {"stdout": ""}, "cwd": str(root)}, str(root / ".ai"))
     assert other["text"].startswith('$ cd "web" && npm test')
+    later = ais.tool_capture({"tool_name": "Bash", "tool_input": {"command": f"pkill -f node; cd {escaped} && node app.js"},
+                              "tool_response": {"stdout": ""}, "cwd": str(root)}, str(root / ".ai"))
+    assert later["text"] == "$ pkill -f node; cd . && node app.js" and later["files"] == ["app.js"]
+    beside = ais.project_command(f"cd {root}-old && ls", str(root))
+    assert beside == f"cd {root}-old && ls"
+
+
+def test_a_search_is_kept_with_what_it_found_and_names_its_files_only_when_they_are_few(project):
+    """A Grep says where the agent looked and what it found: the lines, by project path. Many
+    matching files say little about any one of them; nothing found is not kept."""
+    p = str(project)
+    search = lambda inp, resp: ais.tool_capture({"tool_name": "Grep", "tool_input": inp, "tool_response": resp,
+                                                 "cwd": p}, p + "/.ai")
+    cap = search({"pattern": "players", "path": p + "/server.js", "output_mode": "content", "-n": True},
+                 {"mode": "content", "content": "53:    db.run(`CREATE TABLE IF NOT EXISTS players (", "numLines": 1})
+    assert cap["text"] == "Searched server.js for `players`:\n53:    db.run(`CREATE TABLE IF NOT EXISTS players ("
+    assert cap["origin"] == "file_read" and cap["source"] == "tool:Grep"
+    many = [f"{p}/src/m{i}.ts" for i in range(ais.SEARCH_FILES + 1)]
+    cap = search({"pattern": "useAuth", "glob": "*.ts"}, {"mode": "files_with_matches", "filenames": many})
+    assert "files" not in cap and cap["text"].startswith("Searched the project for `useAuth` glob=*.ts:\nsrc/m0.ts")
+    assert p not in cap["text"]
+    assert search({"pattern": "x", "path": p}, {"mode": "content", "content": "", "numFiles": 0}) is None
+    assert search({"pattern": "x", "path": p}, "No matches found") is None
+    secret = "ghp_" + "a1B2" * 9
+    cap = search({"pattern": secret, "path": p + "/src"}, {"mode": "content", "content": f"src/a.py:t = '{secret}'"})
+    assert secret not in cap["text"] and cap["files"] == ["src/a.py"]
+    assert search({"pattern": "x"}, {"mode": "content", "content": "12:00 and 3.5: are not paths"}).get("files") is None
 
 
 def test_a_capture_keeps_files_only_with_a_known_operation_and_redacts_them():
@@ -195,6 +231,33 @@ def test_messages_and_threads_record_their_files(project):
     again = ais.open_memory(str(project))
     again.ensure_loaded()
     assert again.msgs[edit["id"]]["files"] == ["src/LoginForm.tsx"]
+
+
+def test_a_search_is_recalled_by_what_it_found_but_is_no_work_on_the_files_it_names(project):
+    """A Grep is memory (recalled when a prompt asks about what it found) and names its files in
+    its thread, but a file only searched is not in play, and a search's lines never stand for
+    the file: its last read or edit does."""
+    mem = work(project)
+    p = str(project)
+    for path in ("src/LoginForm.tsx", "src/legacy/auth_v1.ts"):
+        assert hook("capture", post_payload("Grep", {"pattern": "passwordStrength", "path": f"{p}/{path}",
+                                                     "output_mode": "content", "-n": True},
+                                            {"mode": "content", "content": "41:  const passwordStrength = score(pw)"},
+                                            "s1", project), project).returncode == 0
+    mem = ais.open_memory(str(project))
+    mem.flush()
+    search = {m["files"][0]: m for m in mem.msgs.values() if m["text"].startswith("Searched src/")}
+    assert sorted(search) == ["src/LoginForm.tsx", "src/legacy/auth_v1.ts"]
+    legacy = search["src/legacy/auth_v1.ts"]
+    assert legacy["op"] == "search" and legacy["files"] == ["src/legacy/auth_v1.ts"]
+    thread = mem.threads[mem.thread_rows.keys[mem.row_thread[mem.rows.of[legacy["id"]]]]]
+    assert thread["files"]["src/legacy/auth_v1.ts"]["op"] == "search"
+    in_play = [f for f, _ in mem.file_table().rank("where is passwordStrength computed", 5)]
+    assert "src/legacy/auth_v1.ts" not in in_play
+    ctx = mem.context("where is passwordStrength computed?")["text"]
+    assert "const passwordStrength = score(pw)" in ctx
+    quotes = mem._file_quotes([(f, st) for f, st in mem.file_table().files.items() if f == "src/LoginForm.tsx"], set())
+    assert quotes and not any(q["text"].startswith("Searched") for q in quotes)
 
 
 @pytest.mark.parametrize("lang,line", [("en", "Files in play: src/LoginForm.tsx (edit "),

@@ -326,7 +326,7 @@ def test_capture_task_webfetch_websearch():
 
 
 def test_capture_skips_uncaptured_tools_and_our_own_files():
-    for tool in ("Grep", "Glob", "TaskUpdate", "EnterPlanMode", "TodoWrite", None):
+    for tool in ("Glob", "TaskUpdate", "EnterPlanMode", "TodoWrite", None):
         assert ai.tool_capture(post(tool, {"pattern": "x"}, {"filenames": []}), DATA_DIR) is None
     own = post("Read", {"file_path": DATA_DIR + "/cache/recall/x-1.md"},
                {"type": "text", "file": {"filePath": DATA_DIR + "/cache/recall/x-1.md", "content": "recalled"}})
