@@ -4088,6 +4088,7 @@ _RULE_VERB = (
     r"deploy|build|bump|modify|edit|change|hardcode|expose|cache|mock|skip|ignore|disable|enable|remember|"
     r"open|stage|specify|assert|give|treat|default|exclude|convert|describe|touch|alter|move|copy|revert|pull|"
     r"migrate|clean|"
+    r"arrête[rz]?|cesse[rz]?|"
     r"utilise[rz]?|ajoute[rz]?|commence[rz]?|termine[rz]?|mets|mettez|mettre|écri(?:s|re|vez)|lance[rz]?|"
     r"nomme[rz]?|évite[rz]?|garde[rz]?|importe[rz]?|documente[rz]?|teste[rz]?|préfixe[rz]?|inclu(?:s|re|ez)|"
     r"vérifie[rz]?|fai(?:s|re|tes)|pousse[rz]?|supprime[rz]?|crée[rz]?|renomme[rz]?|commente[rz]?|"
@@ -4095,7 +4096,7 @@ _RULE_VERB = (
     r"usa[r]?|utiliza[r]?|agrega[r]?|añad(?:e|ir)|empieza|empezar|comienza|comenzar|termina[r]?|pon|poner|"
     r"escrib(?:e|ir)|evita[r]?|importa[r]?|nombra[r]?|inclu(?:ye|ir)|documenta[r]?|prueba|probar|revisa[r]?|"
     r"ejecuta[r]?|borra[r]?|elimina[r]?|crea[r]?|sigue|seguir|comenta[r]?|haz|hacer|mantén|mantener|"
-    r"verifica[r]?|llama[r]?|modifica[r]?|toca[r]?|sube|subir)\b")
+    r"verifica[r]?|llama[r]?|modifica[r]?|toca[r]?|sube|subir|deja[rd]? de)\b")
 _RULE_IMPERATIVE_RE = LazyRe(r"^(?:please\s+|por favor,?\s+|merci de\s+)?(?:(?:don'?t|do not|never|no|ne)\s+(?:ever\s+)?)?"
                              + _RULE_VERB, re.I)
 # The plainest rule: "always" / "never" / "don't" opening the sentence, before a verb.
@@ -4126,9 +4127,11 @@ _RULE_EMPTY_RE = LazyRe(r"\b(?:(?:a|an|some)\s+(?:specific|particular|certain|ne
                         r"proyecto|repositorio))|"
                         r"it|conventions?|approach|update|change|insights?|ideas?|thinking|afraid|points?|things?|tips?)\b",
                         re.I)
+# A rule pointed at, not stated ("follow the naming convention"): no value named in it (not "the
+# snake_case convention") and none listed after it ("the conventions, such as…").
 _RULE_POINTER_RE = LazyRe(r"\b(?:(?:a|an|some|two|three)\s+(?:specific|particular|certain|new|different)|the|this|that|"
-                          r"these|those)\s+(?:decorators?|modules?|conventions?|practices?|rules?|approach|ones?|prefix|suffix)\b",
-                          re.I)
+                          r"these|those)\s+(?:(?!\w*(?:case|_))\w+\s+)?(?:decorators?|modules?|conventions?|practices?|"
+                          r"rules?|approach|ones?|prefix|suffix)\b(?!,?\s*(?:such as|like|namely|e\.g\.|:))", re.I)
 _RULE_VAGUE_RE = LazyRe(
     r"\b(?:clear\w*|clean\w*|concise|consisten\w*|readab\w*|maintainab\w*|meaningful|descriptive|understand\w*|"
     r"efficien\w*|quality|best|attention|focus\w*|well|proper\w*|thorough\w*|careful\w*|robust|secure|safe|good|"
@@ -4154,10 +4157,14 @@ _RULE_CUE_RE = LazyRe(
     r"j'aimerais que|il faut|tu dois|vous devez|merci de|pense[sz]? à|"
     r"asegúrate|asegúrese|no olvides|no olvide|recuerda|quiero que|me gustaría que|necesito que|debes|"
     r"tienes que|hay que|por favor)\b", re.I)
+# A sentence going on to what happened or what to do now: a story, not a convention.
+_RULE_STORY_RE = LazyRe(r"\b(?:and|but|so|then)\b[\s,]+(?:it|that|this|they|he|she|i|we|you|then|now)\b|\banyway\b",
+                        re.I)
 # What makes a direction standing rather than this turn's task.
 _RULE_STANDING_RE = LazyRe(
     r"\b(?:from now on|going forward|moving forward|from here on|henceforth|in (?:the )?future|always|never|"
-    r"(?:don'?t|do not) ever|default to|i prefer (?:that )?you|"
+    r"(?:don'?t|do not) ever|default to|i prefer (?:that )?you|(?:stop|quit) \w+ing|"
+    r"(?:arrête[rz]?|cesse[rz]?) d(?:e\b|')|deja[rd]? de|"
     r"every ?time|each time|whenever|at all times|by default|as a (?:rule|convention|habit)|habit|"
     r"(?:all|every|each|any)\b(?:\s+(?:of|your|the|our|my|new|future))*\s+\w+|"
     r"when(?:ever)?\s+(?:you(?:'re| are)?\s+)?\w+ing\b|"
@@ -4293,7 +4300,12 @@ def _rule_sentence(piece):
     if not lasting and (_RULE_TURN_RE.search(body) or (
             standing and _RULE_TASK_VERB_RE.match(core) and not _RULE_HABIT_RE.search(body))):
         return None  # for the turn at hand, or "all" of a task's object
-    always = [m for m in _RULE_ALWAYS_RE.finditer(body) if not m.group(1)]
+    # "We always squash PRs" states the team's convention; "I always forget" a habit, and so does
+    # "we always push on Fridays and it breaks".
+    always = [m for m in _RULE_ALWAYS_RE.finditer(body) if not m.group(1) or (
+        m.group(1).lower() == "we" and not _RULE_STORY_RE.search(body))]
+    if always and always[0].start() == len(body) - len(core) and always[0].group(1):
+        core = core[len(always[0].group(1)):].lstrip()  # read as said to the agent: "always squash PRs"
     directed = always or _RULE_IMPERATIVE_RE.match(core) or _RULE_CUE_RE.search(body)
     if not directed or not _RULE_OBJECT_RE.search(body):
         return None
@@ -4303,7 +4315,7 @@ def _rule_sentence(piece):
         return None
     # Without a value, a rule names what it is about ("docstrings", "type hints") or is said
     # the plainest way ("never push to main"): "make sure your code is clean" is advice.
-    if _plain_rule(core) or (_RULE_ASPECT_RE.search(body) and not _RULE_POINTER_RE.search(body)):
+    if (_plain_rule(core) or _RULE_ASPECT_RE.search(body)) and not _RULE_POINTER_RE.search(body):
         return compact_rule(body)
     act = _RULE_ACT_RE.match(core)
     pointless = _RULE_VAGUE_RE.search(body) or (act and _RULE_EMPTY_RE.search(core[act.end():]))

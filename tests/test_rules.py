@@ -81,6 +81,13 @@ DAY = 86400.0
      "Quiero que siempre escribas pruebas para las funciones nuevas"),
     ("Por favor, usa siempre pnpm en este proyecto.", "Usa siempre pnpm en este proyecto"),
     ("Tienes que ejecutar los tests antes de cada commit.", "Ejecutar los tests antes de cada commit"),
+    # A team's convention, and a request to stop doing something.
+    ("We always squash merge PRs.", "We always squash merge PRs"),
+    ("We never commit directly to main.", "We never commit directly to main"),
+    ("We always start method names with 'n_'.", "We always start method names with 'n_'"),
+    ("Stop using var in JavaScript files.", "Stop using var in JavaScript files"),
+    ("Arrête d'ajouter des commentaires partout.", "Arrête d'ajouter des commentaires partout"),
+    ("Deja de usar console.log en el código.", "Deja de usar console.log en el código"),
 ])
 def test_natural_rules_are_detected_in_their_directive_sentence(text, rule):
     assert ai.detect_rules("Thanks for the review yesterday. " + text + " Let me know if anything is unclear.") == [rule]
@@ -95,6 +102,10 @@ def test_natural_rules_are_detected_in_their_directive_sentence(text, rule):
     "Now, for all Python functions that you define, I want you to always remember two key points.",
     "Let's start with our COVID-19 response plan, as it's an immediate concern for all of us.",
     "Siempre pones los tests en la carpeta equivocada.",
+    "We always push on Fridays and it breaks everything.", "We never use that library anyway, so remove the import.",
+    "I always run the tests twice.", "Stop the server.", "Deja el archivo como está.",
+    # A rule pointed at, not stated: the next sentence says it.
+    "Always follow a specific naming convention.", "For function names, we always start them with a specific prefix.",
     # What a session reports or asks, with the words of a rule in it.
     "The build always fails on CI with a timeout.", "Every time I run the tests, the auth test fails.",
     "You must have broken the login page, it doesn't render.", "The tests should pass now, can you check?",
