@@ -10343,7 +10343,7 @@ class Gemini(ShellAgent):
     events = {"SessionStart": "start", "BeforeAgent": "inject", "BeforeTool": "pretool", "AfterTool": "capture",
               "AfterAgent": "stop", "SessionEnd": "end"}
     tools = {"read_file": "Read", "write_file": "Write", "replace": "Edit", "run_shell_command": "Bash",
-             "web_fetch": "WebFetch", "google_web_search": "WebSearch", "write_todos": "TodoWrite"}
+             "grep_search": "Grep", "web_fetch": "WebFetch", "google_web_search": "WebSearch", "write_todos": "TodoWrite"}
 
     def payload_in(self, hook, payload):
         if hook == "inject" and isinstance(payload.get("prompt"), str):
@@ -10365,9 +10365,35 @@ class Gemini(ShellAgent):
             payload["tool_response"] = {"file": {"content": text}}
         elif tool == "Bash":
             payload["tool_response"] = {"stdout": _GEMINI_SHELL_RE.sub("", text).strip()}
+        elif tool == "Grep":
+            payload["tool_input"], payload["tool_response"] = self.search(payload, inp, text)
         else:
             payload["tool_response"] = {"output": text}
         return payload
+
+    def search(self, payload, inp, text):
+        """grep_search as Claude Code's Grep gives it: "File: <path>" then "L12: line" made
+        "<path>:12:line" lines, or the file list of `names_only`; paths from the folder searched."""
+        inp = inp if isinstance(inp, dict) else {}
+        where = inp.get("dir_path") if isinstance(inp.get("dir_path"), str) else ""
+        base = os.path.normpath(self.absolute(payload, where or "."))
+        base = base if os.path.isdir(base) else os.path.dirname(base)
+        found = {"pattern": inp.get("pattern"), "path": self.absolute(payload, where) if where else "",
+                 "glob": inp.get("include_pattern")}
+        lines = text.splitlines()
+        if not text.startswith("Found ") or not lines:
+            return found, {"mode": "content", "content": ""}  # nothing found, or an error: not kept
+        if inp.get("names_only"):
+            return found, {"mode": "files_with_matches", "filenames": [os.path.join(base, x) for x in lines[1:] if x]}
+        out, current = [], None
+        for line in lines[1:]:
+            named = re.match(r"File: (.+)$", line)
+            hit = re.match(r"L(\d+)([:-]) ?(.*)$", line)
+            if named:
+                current = os.path.join(base, named.group(1))
+            elif hit and current:
+                out.append(f"{current}{hit.group(2)}{hit.group(1)}{hit.group(2)}{hit.group(3)}")
+        return found, {"mode": "content", "content": "\n".join(out)}
 
     def answer_out(self, hook, out, store):
         if hook == "inject":

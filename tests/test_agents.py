@@ -178,6 +178,26 @@ def test_gemini_hooks_translate_events_tools_and_answers(proj):
     assert agent_hook("gemini", "BeforeTool", payload, proj) == ""
 
 
+def test_gemini_grep_search_is_kept_as_a_search_of_the_project(proj):
+    """Gemini CLI's grep_search answers "File: <path>" then "L<n>: <line>", paths from the folder
+    searched: kept as Claude Code's Grep is, with project paths; nothing found is not kept."""
+    (proj / "src").mkdir()
+    found = ('Found 2 matches for pattern "okapi_round" in path "src":\n---\nFile: billing.py\n'
+             'L3: def okapi_round(x):\nL4- return round(x, 2)\n---\nFile: api/view.py\nL9: total = okapi_round(t)\n---')
+    for tool_input, text in (({"pattern": "okapi_round", "dir_path": "src"}, found),
+                             ({"pattern": "numbat"}, 'No matches found for pattern "numbat" in the workspace directory.'),
+                             ({"pattern": "okapi", "names_only": True},
+                              'Found 1 files with matches for pattern "okapi" in the workspace directory:\nsrc/billing.py')):
+        payload = gemini_payload("AfterTool", proj, tool_name="grep_search", tool_input=tool_input,
+                                 tool_response={"llmContent": text, "returnDisplay": {"summary": "x"}})
+        assert agent_hook("gemini", "AfterTool", payload, proj) == ""
+    searches = sorted((m["text"], m.get("files")) for m in stored(proj))
+    assert searches == [
+        ("Searched src for `okapi_round`:\nsrc/billing.py:3:def okapi_round(x):\nsrc/billing.py-4-return round(x, 2)\n"
+         "src/api/view.py:9:total = okapi_round(t)", ["src/billing.py", "src/api/view.py"]),
+        ("Searched the project for `okapi`:\nsrc/billing.py", ["src/billing.py"])]
+
+
 def test_gemini_write_todos_is_the_task_list_the_next_briefing_names(proj):
     agent_hook("gemini", "BeforeAgent", gemini_payload("BeforeAgent", proj, prompt="Port the numbat index to sqlite"),
                proj)
@@ -417,6 +437,23 @@ def test_real_gemini_cli_tells_the_next_session_the_todos_left_open(project, tmp
                   for script in ([("write_todos", {"todos": todos}), "Planned."], ["Hello."])]
         assert "Open tasks" not in firsts[0]
         assert "Open tasks: Document the okapi rule in the README" in firsts[1], firsts[1][-3000:]
+    finally:
+        stop_daemons(project)
+
+
+def test_real_gemini_cli_search_is_stored_with_what_it_found(project, tmp_path):
+    """The real client's grep_search (its own search and answer) reaches the capture hook."""
+    gemini = prepared(project, "gemini")
+    (project / "src").mkdir(exist_ok=True)
+    (project / "src" / "billing.py").write_text("def okapi_round(x):\n    return round(x, 2)\n")
+    script = [("grep_search", {"pattern": "okapi_round", "dir_path": "src"}), "It is in src/billing.py."]
+    try:
+        main = run_gemini(gemini, project, tmp_path / "home", script, "Where is okapi_round defined?")
+        responses = [p["functionResponse"] for c in main[-1]["contents"] for p in c["parts"] if "functionResponse" in p]
+        assert "billing.py" in json.dumps(responses), responses
+        [search] = [m for m in stored(project) if m["text"].startswith("Searched")]
+        assert search["text"].startswith("Searched src for `okapi_round`:\nsrc/billing.py:1:def okapi_round(x):")
+        assert search["files"] == ["src/billing.py"] and search["agent"] == "gemini"
     finally:
         stop_daemons(project)
 
