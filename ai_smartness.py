@@ -1792,6 +1792,7 @@ _PREFIX_RE = LazyRe(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:
 # A slash command (`/prime`, `/commit`, `/sc:review src`): however short, it names a procedure
 # the project runs again, and the files its earlier runs touched are the next run's.
 _SLASH_COMMAND_RE = LazyRe(r"/[\w.:-]{2,64}(?:\s|$)")
+_LEADING_COMMANDS_RE = LazyRe(r"^(?:/[\w.:-]{2,64}(?:\s+|$))+")
 # A shell prompt before a command pasted from a terminal (`me@mac app % npm test`,
 # `me@box:~/app$ make`, `(venv) me@box app % pytest`, `PS C:\app> npm run build`, macOS bash's
 # `Mac:my app me$ make`, oh-my-zsh's `(base) ➜  app git:(main) ✗ npx convex dev`, its "(" lost
@@ -1955,6 +1956,8 @@ through to too under until up very was we were what when where which while who w
 would you your yours yourself yourselves let lets us also get got one two may might must shall
 yes ok okay please pls plz thanks hi hello hey i'm it's that's don't can't won't didn't isn't doesn't
 i've i'll you're you've you'll we're we've we'll they're here's there's what's let's
+im ive youre theyre thats theres whats isnt doesnt didnt cant wasnt arent hasnt havent shouldnt
+wouldnt couldnt
 le la les un une des du de et en au aux ce ces cet cette il elle ils elles je tu nous vous on j'ai qu'il
 mon ma mes ton ta tes son sa ses notre nos votre vos leur leurs qui que quoi dont où est sont
 été être avoir ai as avons avez ont fait faire pour par sur dans avec sans sous plus moins
@@ -1968,7 +1971,7 @@ GENERIC_WORDS = frozenset("""
 file files code function functions thing things stuff way need needs want wants like make makes
 made use used using work works working look looking see show try trying let now new old good
 bad fix fixed fixing add added change changed update updated run running ran check checked
-help something anything everything issue problem question answer think know going want really
+help something anything everything issue problem question answer think know believe going want really
 still just well much many some time today yesterday tomorrow line lines read wrote write edit
 edited result results output error errors value values test tests data text content message
 fichier code chose faire voir besoin archivo cosa hacer ver necesito
@@ -2474,8 +2477,10 @@ class HeuristicExtractor:
         body = _PREFIX_RE.sub("", text or "").strip()
         if origin == "prompt" and ("@" in body or "PS " in body or "➜" in body or "$ " in body):
             body = _SHELL_PROMPT_RE.sub("", body)
+        # A prompt's leading slash commands are the user's routines (/prime, /implement), not its subject.
+        said = _LEADING_COMMANDS_RE.sub("", body) if origin == "prompt" and body.startswith("/") else body
         return {"title": self.title(body, origin, file_path),
-                "topics": self.topics(body, file_path, said=origin == "prompt"),
+                "topics": self.topics(said, file_path, said=origin == "prompt"),
                 "summary": shorten(body, 200)}
 
     @staticmethod

@@ -180,6 +180,15 @@ def test_topics_have_no_role_prefix_and_no_generic_words():
     assert not set(generic["topics"]) & (ai.GENERIC_WORDS | ai.STOPWORDS | {"user"})
 
 
+def test_a_prompts_slash_commands_and_unmarked_contractions_are_no_topics():
+    """/prime opens every session of a project: it names the user's routine, not the work; the
+    title keeps it (what was asked). "isnt" is "isn't" typed fast."""
+    ex = ai.EXTRACTOR.extract("/primegist /gistbug the gradient isnt applied in the floating widget", "prompt")
+    assert ex["topics"] == ["gradient", "applied", "floating", "widget"] and ex["title"].startswith("/primegist")
+    assert ai.EXTRACTOR.extract("/prime", "prompt")["topics"] == []
+    assert ai.EXTRACTOR.extract("/Users/me/billing fails", "prompt")["topics"] == ["billing", "fails"]  # a path
+
+
 def test_topics_prefer_identifiers_and_the_file_name():
     ex = ai.EXTRACTOR.extract("the retry loop in fetch_orders calls OrderClient with a JWT", "file_read",
                               "/src/billing/invoices.py")
