@@ -4074,12 +4074,14 @@ _RULE_LEAD_RE = LazyRe(
     r"et|aussi|alors|donc|enfin|ensuite|de plus|également|y|también|además|entonces|pues|luego|otra cosa)"
     r"\b[\s,:;-]*)+", re.I)
 _RULE_VOCATIVE_RE = LazyRe(r"^[A-ZÀ-Ý][\w'-]{1,20},\s+")
-# A leading condition ("when naming methods, …", "for all functions, …") before the verb.
+# A leading condition ("when naming methods, …", "for all functions, …", "before we merge we always…")
+# before the verb.
 _RULE_CLAUSE_RE = LazyRe(
     r"^(?:(?:from now on|going forward|moving forward|from here on|henceforth|in (?:the )?future|à partir de maintenant|"
     r"dorénavant|désormais|à l'avenir|a partir de ahora|de ahora en adelante|en el futuro)\s*,?\s*)?"
     r"(?:(?:when(?:ever)?|if|for|in|on|before|after|every ?time|each time|while|regarding|as for|quand|lorsque|si|"
-    r"chaque fois|pour|dans|avant|après|cuando|cada vez|para|en|antes|después)\b[^,]{1,80},\s*)?",
+    r"chaque fois|pour|dans|avant|après|cuando|cada vez|para|en|antes|después)\b[^,]{1,80}?"
+    r"(?:,\s*|\s+(?=(?:we\s+|you\s+)?(?:always|never)\b)))?",
     re.I)
 # Verbs of coding work, as an imperative or after "always" / "never" (fr / es: imperative,
 # infinitive).
@@ -4165,10 +4167,11 @@ _RULE_CUE_RE = LazyRe(
 # A sentence going on to what happened or what to do now: a story, not a convention.
 _RULE_STORY_RE = LazyRe(r"\b(?:and|but|so|then)\b[\s,]+(?:it|that|this|they|he|she|i|we|you|then|now)\b|\banyway\b",
                         re.I)
-# What makes a direction standing rather than this turn's task.
+# What makes a direction standing rather than this turn's task ("stop <verb>ing" only with what
+# it is done to: "stop guessing and read the file" is about this turn).
 _RULE_STANDING_RE = LazyRe(
     r"\b(?:from now on|going forward|moving forward|from here on|henceforth|in (?:the )?future|always|never|"
-    r"(?:don'?t|do not) ever|default to|i prefer (?:that )?you|(?:stop|quit) \w+ing|"
+    r"(?:don'?t|do not) ever|default to|i prefer (?:that )?you|(?:stop|quit) \w+ing(?!\s*(?:and\b|or\b|[,.!;]|$))|"
     r"(?:arrête[rz]?|cesse[rz]?) d(?:e\b|')|deja[rd]? de|"
     r"every ?time|each time|whenever|at all times|by default|as a (?:rule|convention|habit)|habit|"
     r"(?:all|every|each|any)\b(?:\s+(?:of|your|the|our|my|new|future))*\s+\w+|"
@@ -4638,6 +4641,13 @@ def mark_replaced(text, stale, lang, ts=None):
             parts[i] = tr("rule_replaced", lang, date=format_date(ts_of(cur, "created_at"), lang),
                           text=cur["text"].rstrip(".!;")) + " " + part
     return " ".join(parts)
+
+
+def title_shown(title, limit, stale, lang, cut=cut_text):
+    """A thread's title cut to `limit`, led by a mark when it states an instruction a newer rule
+    replaced (mark_replaced): a title does not pass an old instruction off as current either."""
+    shown = cut(title, limit)
+    return tr("title_replaced", lang, title=shown) if stale and mark_replaced(title, stale, lang) != title else shown
 
 
 # A rule on one kind of object whose aspect is known is shown by its object, in a few words
@@ -7412,7 +7422,7 @@ class Memory(MemoryWriter):
             messages.setdefault(h["thread_id"], []).append(self.msgs[h["message_id"]])
         text = render_recall(query, shown, {tid: m[:4] for tid, m in messages.items()},
                              self.related_threads(order[:limit], set(order[:limit]), now), reactivated,
-                             now, lang, self.cfg["half_life_days"])
+                             now, lang, self.cfg["half_life_days"], stale_rules(self.store.rules()))
         if reactivated:
             self.set_status(reactivated, "active")
         return text
@@ -7420,7 +7430,7 @@ class Memory(MemoryWriter):
     def thread_view(self, tid):
         now = self.clock()
         return render_thread(self.threads[tid], self.related_threads([tid], now=now), now, self.lang,
-                             self.cfg["half_life_days"])
+                             self.cfg["half_life_days"], stale_rules(self.store.rules()))
 
     def hot_thread(self):
         """The thread worked on last."""
@@ -7475,7 +7485,7 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     `related_of(thread ids, ids to skip)` to the first one, then the rules (render_rules) and
     reminders. A recalled sentence that states a replaced rule says so (mark_replaced). Returns
     (the text, the packed hits with their `line`)."""
-    head = tr("ctx_header", lang)
+    head, stale = tr("ctx_header", lang), stale_rules(rules)
     if files:
         head += "\n" + cut_text(tr("ctx_files", lang, files=", ".join(
             f"{path} ({tr('op_' + st['op'], lang)} {human_age(now - st['last'], lang, coarse=True)})"
@@ -7486,7 +7496,8 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
         # then 40) is on the last one, not on the one that started it.
         title = EXTRACTOR.title(task["text"], "prompt", None) if task and not repeats(task["text"], thread["title"]) \
             else thread["title"]
-        line = tr("ctx_current", lang, title=cut_text(title, 80), age=age_ago(now - ts_of(thread, "last_active"), lang))
+        line = tr("ctx_current", lang, title=title_shown(title, 80, stale, lang),
+                  age=age_ago(now - ts_of(thread, "last_active"), lang))
         if last:
             line += " " + tr("ctx_last", lang, text=conclusion_of(last["text"]))
         head += "\n" + cut_text(line, budget // 8)
@@ -7494,7 +7505,6 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     rules_line = render_rules(rules, qterms, int(budget * RULES_SHARE), lang)
     if rules_line:
         tail.append(rules_line)
-    stale = stale_rules(rules)
     if guardcode:
         tail.append(tr("ctx_guardcode", lang))
     fixed = len(head) + sum(len(t) + 1 for t in tail) + 1
@@ -7503,7 +7513,8 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     def header(tid):
         if tid not in headers:
             t = threads[tid]
-            headers[tid] = tr("ctx_thread", lang, title=cut_text(t["title"], 34), status=tr("status_" + t["status"], lang),
+            headers[tid] = tr("ctx_thread", lang, title=title_shown(t["title"], 34, stale, lang),
+                              status=tr("status_" + t["status"], lang),
                               age=age_ago(now - ts_of(t, "last_active"), lang))
         return headers[tid]
     # focus() keeps at least half of a text: a bound that lets packing skip rendering.
@@ -7547,41 +7558,50 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     return "\n".join(lines)[:budget], excerpts + items
 
 
-def render_recall(query, threads, messages, related, reactivated, now, lang, half_life_days):
+def render_recall(query, threads, messages, related, reactivated, now, lang, half_life_days, stale=()):
     """The text of a recall: the `threads` shown, in order, each with `messages[its id]`, then
-    the `related` threads bridged to them; `reactivated`: the ids the recall wakes up."""
+    the `related` threads bridged to them; `reactivated`: the ids the recall wakes up. What
+    states an instruction since replaced says so (`stale`: stale_rules)."""
     if not threads:
         return tr("recall_none", lang, query=query)
     lines = [tr("recall_header", lang, query=query)]
     for t in threads:
-        lines += ["", render_thread_header(t, now, lang, half_life_days)]
+        lines += ["", render_thread_header(t, now, lang, half_life_days, stale)]
         if t["id"] in reactivated:
             lines.append("  " + tr("recall_reactivated", lang))
-        lines.append("  " + tr("recall_summary", lang, summary=t.get("summary", "")))
+        lines.append("  " + tr("recall_summary", lang, summary=mark_replaced(t.get("summary", ""), stale, lang)))
         lines += signal_lines(t, lang)
-        lines += ["  - " + agent_tag(m) + cut_text(item_line(m, lang, when=True), 500) for m in messages.get(t["id"], [])]
+        lines += ["  - " + recalled_line(m, 500, stale, lang) for m in messages.get(t["id"], [])]
     if related:
         lines += ["", tr("recall_bridges", lang)]
         lines += ["  - " + render_related(rel, lang) for rel in related[:6]]
     return "\n".join(lines)
 
 
-def render_thread(thread, related, now, lang, half_life_days):
+def render_thread(thread, related, now, lang, half_life_days, stale=()):
     """The view of one thread: its header, summary, last 15 messages, related threads and the
-    threads merged into it."""
-    lines = [render_thread_header(thread, now, lang, half_life_days),
-             "  " + tr("recall_summary", lang, summary=thread.get("summary", ""))]
+    threads merged into it (`stale`: as render_recall)."""
+    lines = [render_thread_header(thread, now, lang, half_life_days, stale),
+             "  " + tr("recall_summary", lang, summary=mark_replaced(thread.get("summary", ""), stale, lang))]
     lines += signal_lines(thread, lang)
-    lines += ["  - " + agent_tag(m) + cut_text(item_line(m, lang, when=True), 600) for m in thread["messages"][-15:]]
+    lines += ["  - " + recalled_line(m, 600, stale, lang) for m in thread["messages"][-15:]]
     lines += ["  ~ " + render_related(rel, lang) for rel in related[:8]]
     lines += ["  + " + tr("thread_merged", lang, title=m.get("title", m["id"]), id=m["id"], n=m.get("messages", 0),
                           date=format_date(ts_of(m, "at"), lang)) for m in thread.get("merged") or ()]
     return "\n".join(lines)
 
 
-def render_thread_header(thread, now, lang, half_life_days):
+def recalled_line(msg, limit, stale, lang):
+    """A message in recall and thread views: who, when, the text marked where it states a
+    replaced instruction (mark_replaced), cut to `limit`."""
+    text = mark_replaced(msg["text"], stale, lang, ts_of(msg, "ts"))
+    return agent_tag(msg) + cut_text(item_line(msg, lang, text, when=True), limit)
+
+
+def render_thread_header(thread, now, lang, half_life_days, stale=()):
     """A thread's header line in recall and thread views."""
-    return tr("recall_thread", lang, title=thread["title"], id=thread["id"], status=tr("status_" + thread["status"], lang),
+    title = title_shown(thread["title"], len(thread["title"]), stale, lang)
+    return tr("recall_thread", lang, title=title, id=thread["id"], status=tr("status_" + thread["status"], lang),
               weight=f"{effective_weight(thread, now, half_life_days):.2f}",
               topics=", ".join(thread.get("topics", [])), age=age_ago(now - ts_of(thread, "last_active"), lang))
 
@@ -9138,7 +9158,7 @@ def hook_start(store, payload, mem):
     if payload.get("source") == "compact" and synth:
         lines = [since, tr("brief_restored", lang, text=shorten(synth.get("text", ""), BRIEF_SYNTHESIS_CHARS))]
     elif hot:  # the age of the work it names says how long the gap was
-        lines = where_work_stopped(hot, digest, in_play, hb, now, lang, room)
+        lines = where_work_stopped(hot, digest, in_play, hb, now, lang, room, stale_rules(store.rules()))
     else:
         lines = [since] + ([tr("brief_synthesis", lang, text=shorten(synth.get("text", ""),
                                                                       BRIEF_SYNTHESIS_NOTE_CHARS))] if synth else [])
@@ -9214,14 +9234,15 @@ def task_thread(store, digest, task):
     return hot
 
 
-def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
+def where_work_stopped(hot, digest, in_play, hb, now, lang, room, stale=()):
     """The briefing's lines on the work, within `room` characters: where it stopped (`hot`, the
     thread of the last task, see task_thread; the topics that tell it apart, the last prompt
     that set a task), the files in play (the digest's `in_play`, touched often and lately
     whatever thread they joined, then the last thread's newest), the agent's last conclusion
     and next step, what was resolved, its open tasks (open_tasks); then the other recent
     work-streams, a line each, for which the room of the whole lines that fit in
-    BRIEF_OTHERS_ROOM is kept."""
+    BRIEF_OTHERS_ROOM is kept. A title or task stating an instruction since replaced says so
+    (`stale`: stale_rules)."""
     named = [hot["title"], hb.get("last_task") or ""]  # each work-stream once
     common = common_topics(digest)
     others = []
@@ -9231,8 +9252,9 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
         if t.get("title") and not t.get("tool_title") and not any(repeats(t["title"], x) for x in named):
             named.append(t["title"])
             title = shorten(t["title"], BRIEF_OTHER_TITLE_CHARS)
-            others.append(tr("brief_other", lang, title=title, topics=join_within(
-                telling_topics(t, title, common), BRIEF_OTHER_TOPICS)).replace(" ()", ""))
+            topics = join_within(telling_topics(t, title, common), BRIEF_OTHER_TOPICS)
+            others.append(tr("brief_other", lang, title=title_shown(t["title"], BRIEF_OTHER_TITLE_CHARS, stale, lang,
+                                                                    shorten), topics=topics).replace(" ()", ""))
     others = [tr("brief_others", lang)] + others if others else []
     kept = pack_lines(others, BRIEF_OTHERS_ROOM, cut=False)  # whole lines: what the rest may not take
     budget = room - (sum(len(x) + 1 for x in kept) if len(kept) > 1 else 0)
@@ -9255,7 +9277,8 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
     last = conclusion_of(said)
     last = "" if _PLAN_RE.match(last) else last  # only what it was about to do: no conclusion
     title = shorten(hot["title"], BRIEF_TITLE_CHARS)
-    where = tr("brief_hot", lang, title=title, age=age_ago(now - ts_of(hot, "last_active"), lang))
+    where = tr("brief_hot", lang, title=title_shown(hot["title"], BRIEF_TITLE_CHARS, stale, lang, shorten),
+               age=age_ago(now - ts_of(hot, "last_active"), lang))
     cap = min(BRIEF_WHERE_CHARS, budget - 1)
     tasks = "; ".join(open_tasks(hb))
     plan = shorten(tr("brief_plan", lang, items=tasks), BRIEF_PLAN_CHARS) if tasks else ""
@@ -9272,7 +9295,7 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room):
     room_task = min(BRIEF_TASK_CHARS, fill - len(where) - len(tr("brief_task", lang, text="")) - 1)
     # A task cut to a few words says nothing.
     if task and not repeats(task, hot["title"]) and room_task >= BRIEF_MIN_LINE:
-        where += " " + tr("brief_task", lang, text=shorten(task, room_task).rstrip(".!?"))
+        where += " " + tr("brief_task", lang, text=title_shown(task, room_task, stale, lang, shorten).rstrip(".!?"))
     lines.append(shorten(where, cap))
     named = paths(files, tr("brief_files", lang, files=""))
     add(tr("brief_files", lang, files=named), named)

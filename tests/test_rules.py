@@ -88,6 +88,9 @@ DAY = 86400.0
     ("Stop using var in JavaScript files.", "Stop using var in JavaScript files"),
     ("Arrête d'ajouter des commentaires partout.", "Arrête d'ajouter des commentaires partout"),
     ("Deja de usar console.log en el código.", "Deja de usar console.log en el código"),
+    # A condition before "always" needs no comma.
+    ("When we deploy we always run the migrations first.", "When we deploy we always run the migrations first"),
+    ("Before committing always run the linter.", "Before committing always run the linter"),
 ])
 def test_natural_rules_are_detected_in_their_directive_sentence(text, rule):
     assert ai.detect_rules("Thanks for the review yesterday. " + text + " Let me know if anything is unclear.") == [rule]
@@ -104,6 +107,8 @@ def test_natural_rules_are_detected_in_their_directive_sentence(text, rule):
     "Siempre pones los tests en la carpeta equivocada.",
     "We always push on Fridays and it breaks everything.", "We never use that library anyway, so remove the import.",
     "I always run the tests twice.", "Stop the server.", "Deja el archivo como está.",
+    "Stop guessing and read the file.", "Quit apologizing, just fix it.",
+    "When I was a kid we always played outside.", "If the build fails we always push a fix and it breaks again.",
     # A rule pointed at, not stated: the next sentence says it.
     "Always follow a specific naming convention.", "For function names, we always start them with a specific prefix.",
     # What a session reports or asks, with the words of a rule in it.
@@ -324,9 +329,31 @@ def test_a_natural_rule_replaced_is_marked_where_it_is_recalled_and_left_out_of_
     mem.capture("Going forward, use Vitest for tests.", source="prompt", at="2024-03-11T09:00:00Z")
     text = mem.context("write the parser tests")["text"]
     assert [x for x in text.splitlines() if x.startswith("User rules:")] == ["User rules: Use Vitest for tests."]
-    recalled = [x for x in text.splitlines() if "Jest" in x and x.startswith("  - ")]  # messages, not titles
+    recalled = [x for x in text.splitlines() if "Jest" in x and x.startswith("  - ")]
     mark = f"[replaced on {ai.format_date(ai.parse_time('2024-03-11T09:00:00Z'))} by: Use Vitest for tests]"
     assert recalled and all(mark in x for x in recalled), text
+    # The thread the old rule started is named by it: its title says it was replaced too.
+    titles = [x for x in text.splitlines() if "Jest" in x and not x.startswith("  - ")]
+    assert titles and all(x.startswith("# [replaced rule] ") for x in titles), text
+    # A recall, and the view of the thread, mark it the same way.
+    for view in (mem.recall("Jest parser tests"), mem.thread_view(next(iter(mem.threads)))):
+        said = [x for x in view.splitlines() if "Jest" in x and "Jest parser tests" not in x]  # not the query
+        assert said and all(mark in x or x.startswith('Thread "[replaced rule] ') for x in said), view
+
+
+def test_a_briefing_does_not_name_the_work_by_a_replaced_rule_as_if_it_held():
+    stale = ai.stale_rules(rules_of("Use Jest for tests", "Use Vitest for tests"))
+    now = 1000.0 + 3 * DAY
+    hot = {"id": "t1", "title": "Use Jest for tests from now on", "last_active": ai.iso(now - 60), "messages": []}
+    other = {"id": "t2", "title": "Please use Jest for tests going forward", "last_active": ai.iso(now - 90)}
+    for lang, mark in (("en", "[replaced rule] "), ("fr", "[règle remplacée] "), ("es", "[regla reemplazada] ")):
+        lines = ai.where_work_stopped(hot, {"t2": other}, [], {}, now, lang, 400, stale)
+        assert f"{mark}Use Jest for tests from now on" in lines[0], lines
+        assert any(x.startswith(f"- {mark}Please use Jest for tests") for x in lines), lines
+    # Without a newer rule on it, the same title is shown as it is.
+    lines = ai.where_work_stopped(hot, {"t2": other}, [], {}, now, "en", 400, ai.stale_rules(rules_of(
+        "Use Jest for tests")))
+    assert '"Use Jest for tests from now on"' in lines[0] and "replaced" not in "\n".join(lines), lines
 
 
 # ---- CLI ----
