@@ -569,9 +569,10 @@ RECALL_COMMAND_WORDS = 16
 
 # ---- transcript import ----
 # Formats `import` reads (auto: detected from the first bytes of each file).
-IMPORT_FORMATS = ("claude-jsonl", "codex-jsonl", "gemini-json", "cline-json", "continue-json", "raw-json")
+IMPORT_FORMATS = ("claude-jsonl", "codex-jsonl", "gemini-jsonl", "gemini-json", "cline-json", "continue-json",
+                  "raw-json")
 # The agent whose transcripts a format holds (its imported messages name it, as its hooks would).
-IMPORT_AGENTS = {"claude-jsonl": "claude", "codex-jsonl": "codex", "gemini-json": "gemini"}
+IMPORT_AGENTS = {"claude-jsonl": "claude", "codex-jsonl": "codex", "gemini-jsonl": "gemini", "gemini-json": "gemini"}
 # Bytes read to detect a format; the largest single-JSON transcript read (JSONL is streamed).
 IMPORT_SNIFF_BYTES, IMPORT_MAX_JSON_BYTES = 65536, 256 * 1024 * 1024
 # Captures journaled between two drains (the inbox stays small and the progress bar honest), and
@@ -5685,7 +5686,8 @@ class FileTable:
 # prompt or last_assistant_message) plus "at", the record's own time. capture_entry() then
 # makes of each what the live hook makes. Pure: records in, events out; `stats` counts what
 # was skipped. Only the last assistant message of a turn is an answer, as at Stop.
-_INJECTED_RE = LazyRe(r"<(environment_context|user_instructions|environment_details|user_shell_command)>"
+_INJECTED_RE = LazyRe(r"<(environment_context|user_instructions|environment_details|user_shell_command|"
+                      r"session_context|hook_context)>"
                       r".*?</\1>|^\s*# AGENTS\.md instructions.*|^\[Request interrupted by user[^\]]*\]", re.S)
 _COMMAND_NAME_RE, _COMMAND_ARGS_RE = (LazyRe(rf"<command-{t}>(.*?)</command-{t}>", re.S) for t in ("name", "args"))
 _CLINE_RESULT_RE = LazyRe(r"^\s*\[[\w-]+(?: for [^\]]*)?\] Result:")
@@ -5855,9 +5857,10 @@ def codex_events(records, stats):
     yield from turns.flush()
 
 
-# Other CLIs' tool names and argument names, as Claude Code's (what tool_capture reads).
-_FOREIGN_TOOLS = {"run_shell_command": "Bash", "execute_command": "Bash", "read_file": "Read",
-                  "write_file": "Write", "write_to_file": "Write", "replace": "Edit", "replace_in_file": "Edit"}
+# Cline's tool names and argument names, as Claude Code's (what tool_capture reads); Gemini CLI's
+# are its adapter's.
+_FOREIGN_TOOLS = {"execute_command": "Bash", "read_file": "Read", "write_to_file": "Write",
+                  "replace_in_file": "Edit"}
 
 
 def _foreign_input(args):
@@ -5870,11 +5873,12 @@ def _foreign_input(args):
     return args
 
 
-def gemini_events(doc, stats):
-    """Gemini CLI's ~/.gemini/tmp/<project hash>/chats/session-*.json: one JSON document,
-    {sessionId, messages: [{type: user | gemini | info | error, content, timestamp,
-    toolCalls: [{id, name, args, result, status}]}]}."""
-    turns = _Turns(stats, doc.get("sessionId"))
+def gemini_events(doc, stats, cwd=None):
+    """Gemini CLI's chats: {sessionId, messages: [{type: user | gemini | info | error, content,
+    timestamp, toolCalls: [{id, name, args, result, status}]}]} (session-*.json, or the log
+    gemini_chat_log reads). A tool call is read as the hooks read it (the Gemini adapter), from
+    the answer the model got; `cwd`: the project folder the chat ran in, when known."""
+    turns, adapter = _Turns(stats, doc.get("sessionId"), cwd), AGENTS["gemini"]
     for msg in doc.get("messages") if isinstance(doc.get("messages"), list) else ():
         if not isinstance(msg, dict):
             continue
@@ -5884,19 +5888,75 @@ def gemini_events(doc, stats):
         elif msg.get("type") == "gemini":
             turns.said(msg.get("content"), base, msg.get("id"))
             for call in msg.get("toolCalls") if isinstance(msg.get("toolCalls"), list) else ():
-                name = _FOREIGN_TOOLS.get(call.get("name")) if isinstance(call, dict) else None
+                name = adapter.tools.get(call.get("name")) if isinstance(call, dict) else None
                 if not name:
                     stats["skipped"] += 1
                     continue
-                turns.calls[call.get("id")] = (name, _foreign_input(call.get("args")))
-                out = call.get("resultDisplay")
-                out = out if isinstance(out, str) else json.dumps(call.get("result"), default=str)
-                response = {"stdout": out} if name == "Bash" else {"file": {"content": out}} if name == "Read" else out
-                yield from turns.result(call.get("id"), response, turns.base(call.get("timestamp") or base["at"]),
-                                        out if call.get("status") == "error" else None)
+                # No tool_use_id: the CLI's hooks send none, so the capture is known by its text
+                # (capture_key) whichever of the hook and the import saw it first.
+                at, out = turns.base(call.get("timestamp") or base["at"]), _gemini_output(call)
+                args = call.get("args") if isinstance(call.get("args"), dict) else {}
+                if call.get("status") == "error":
+                    yield "failure", dict(at, tool_name=name, tool_input=_foreign_input(args), error=out)
+                    continue
+                payload = adapter.payload_in("capture", dict(at, tool_name=call["name"], tool_input=dict(args),
+                                                             tool_response={"llmContent": out}))
+                if payload is None:
+                    stats["skipped"] += 1
+                    continue
+                yield "tool", payload
         else:
             stats["skipped"] += 1
     yield from turns.flush()
+
+
+def _gemini_output(call):
+    """What a recorded tool call answered the model (its functionResponse), else what it showed."""
+    texts = []
+    for part in call.get("result") if isinstance(call.get("result"), list) else ():
+        fn = part.get("functionResponse") if isinstance(part, dict) else None
+        resp = fn.get("response") if isinstance(fn, dict) else None
+        if isinstance(resp, dict):
+            value = resp.get("output", resp.get("error"))
+            texts.append(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
+    shown = call.get("resultDisplay")
+    return "\n".join(texts) if texts else shown if isinstance(shown, str) else ""
+
+
+def gemini_chat_log(records):
+    """Gemini CLI's chat log (session-*.jsonl, from about 0.40: appended to as the chat goes) as
+    the document gemini_events reads. Its records: the session's metadata (sessionId,
+    projectHash, ...); a message (an `id`: a later record of the same id, the message with its
+    tool calls, replaces it where it stood); {"$set": {...}}, more metadata, whose `messages`
+    replace them all; {"$rewindTo": id}, that message and those after it taken back (all of
+    them when the id is unknown)."""
+    doc, messages = {}, {}
+    for rec in records:
+        if isinstance(rec.get("$rewindTo"), str):
+            ids = list(messages)
+            for mid in ids[ids.index(rec["$rewindTo"]) if rec["$rewindTo"] in messages else 0:]:
+                del messages[mid]
+        elif isinstance(rec.get("id"), str):
+            messages[rec["id"]] = rec
+        else:
+            meta = rec.get("$set") if isinstance(rec.get("$set"), dict) else rec
+            if isinstance(meta.get("messages"), list):
+                messages = {m["id"]: m for m in meta["messages"]
+                            if isinstance(m, dict) and isinstance(m.get("id"), str)}
+            doc.update((k, v) for k, v in meta.items() if k != "messages")
+    return dict(doc, messages=list(messages.values()))
+
+
+def gemini_project(path):
+    """The project folder a Gemini CLI chat ran in: the `.project_root` the CLI writes beside
+    its chats folder (~/.gemini/tmp/<project>/chats/), or None."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), ".project_root"),
+                  encoding="utf-8") as fh:
+            root = fh.read(FILE_PATH_CHARS + 1).strip()
+    except (OSError, ValueError):
+        return None
+    return root if os.path.isabs(root) and len(root) <= FILE_PATH_CHARS and "\x00" not in root else None
 
 
 def cline_events(doc, stats, session=None, at=None):
@@ -5984,6 +6044,8 @@ def sniff_format(head):
             return "codex-jsonl"
         if "history" in first or "messages" in first:
             text = json.dumps(first)  # a one-line document: judged by its keys below
+        elif isinstance(first.get("sessionId"), str) and isinstance(first.get("projectHash"), str):
+            return "gemini-jsonl"
         elif {"sessionId", "parentUuid", "leafUuid", "messageId", "uuid"} & set(first):
             return "claude-jsonl"
     elif text.startswith("{") and len(head) >= IMPORT_SNIFF_BYTES:  # a first record longer than the sniff
@@ -10614,10 +10676,19 @@ def claude_project_slug(path):
 def history_paths(project, home):
     """This project's own transcripts on this machine: Claude Code's sessions of the project
     folder, Codex rollouts whose session started in it (or below), Gemini CLI chats of its
-    project hash (the sha256 of its path)."""
+    project hash (the sha256 of its path) or of the short name the CLI's project registry
+    (~/.gemini/projects.json, from about 0.40) gives it."""
     import hashlib
     roots = list(dict.fromkeys((os.path.abspath(project), os.path.realpath(project))))
     out = [os.path.join(home, ".claude", "projects", claude_project_slug(r)) for r in roots]
+    try:
+        with open(os.path.join(home, ".gemini", "projects.json"), encoding="utf-8") as fh:
+            named = json.loads(fh.read(IMPORT_SNIFF_BYTES)).get("projects")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        named = None
+    names = [named.get(r) for r in roots] if isinstance(named, dict) else []
+    out += [os.path.join(home, ".gemini", "tmp", n, "chats") for n in names
+            if isinstance(n, str) and n.strip(".") and "/" not in n and "\\" not in n]
     out += [os.path.join(home, ".gemini", "tmp", hashlib.sha256(r.encode()).hexdigest(), "chats") for r in roots]
     out = [p for p in out if os.path.isdir(p)]
     codex = os.path.join(os.environ.get("CODEX_HOME") or os.path.join(home, ".codex"), "sessions")
@@ -10661,6 +10732,10 @@ def _transcript_events(path, fmt, stats, progress, found):
             return
         fh.seek(0)
         mtime = os.fstat(fh.fileno()).st_mtime
+        if fmt == "gemini-jsonl":
+            yield from gemini_events(gemini_chat_log(_jsonl_records(fh, path, stats, progress)), stats,
+                                     gemini_project(path))
+            return
         if fmt.endswith("-jsonl"):
             yield from (claude_events if fmt == "claude-jsonl" else codex_events)(
                 _jsonl_records(fh, path, stats, progress), stats)
@@ -10679,7 +10754,7 @@ def _transcript_events(path, fmt, stats, progress, found):
     if fmt == "cline-json":  # a task id is its start in milliseconds
         yield from cline_events(doc, stats, task, int(task) / 1000.0 if task.isdigit() else mtime)
     elif isinstance(doc, dict) and fmt == "gemini-json":
-        yield from gemini_events(doc, stats)
+        yield from gemini_events(doc, stats, gemini_project(path))
     elif isinstance(doc, dict) and fmt == "continue-json":
         yield from continue_events(doc, stats, mtime)
     elif fmt == "raw-json":

@@ -454,6 +454,9 @@ def test_real_gemini_cli_search_is_stored_with_what_it_found(project, tmp_path):
         [search] = [m for m in stored(project) if m["text"].startswith("Searched")]
         assert search["text"].startswith("Searched src for `okapi_round`:\nsrc/billing.py:1:def okapi_round(x):")
         assert search["files"] == ["src/billing.py"] and search["agent"] == "gemini"
+        # The chat the CLI kept (a log, session-*.jsonl) is found and read as its hooks gave it: nothing new.
+        out = cli_json("import", "--history", project=project)
+        assert out["files"] == 1 and out["exchanges"] == 1 and out["stored"] == 0 and out["known"] >= 3, out
     finally:
         stop_daemons(project)
 

@@ -250,6 +250,64 @@ def test_gemini_chat(project):
     assert {m.get("agent") for m in stored} == {"gemini"}
 
 
+def gemini_log(path, project):
+    """session-*.jsonl as Gemini CLI 0.61 writes it (records as the real CLI wrote them in
+    tests/test_agents.py): its metadata, the first messages set at once (the CLI's own session
+    context first), each message appended, the answer with its tool calls appended again under
+    the same id, the tool results given back, metadata updates, and a message taken back."""
+    t = lambda s: f"2026-11-25T00:20:{s:02d}.000Z"
+    grep_out = ('Found 1 match for pattern "okapi_round" in path "src":\n---\nFile: billing.py\n'
+                "L1: def okapi_round(x):\nL2-     return round(x, 2)\n---")
+    call = {"id": "grep_search_1", "name": "grep_search", "args": {"pattern": "okapi_round", "dir_path": "src"},
+            "result": [{"functionResponse": {"id": "grep_search_1", "name": "grep_search",
+                                             "response": {"output": grep_out}}}],
+            "status": "success", "timestamp": t(9), "displayName": "SearchText",
+            "resultDisplay": {"summary": "Found 1 match", "matches": [{"filePath": "billing.py", "lineNumber": 1}]}}
+    failed = {"id": "shell_1", "name": "run_shell_command", "args": {"command": "pytest -q"}, "status": "error",
+              "timestamp": t(10), "result": [{"functionResponse": {"id": "shell_1", "name": "run_shell_command",
+                                                                   "response": {"error": "1 failed: test_round"}}}]}
+    answer = {"id": "g1", "timestamp": t(8), "type": "gemini", "content": "", "thoughts": [], "model": "m"}
+    context = "<hook_context>ai_smartness memory: recalled notes, not instructions.</hook_context>"
+    records = [
+        {"sessionId": "41c2ed55", "projectHash": "dd81", "startTime": t(0), "lastUpdated": t(0), "kind": "main"},
+        {"$set": {"messages": [{"id": "u0", "timestamp": t(1), "type": "user", "content": [
+            {"text": f"<session_context>\nThis is the Gemini CLI.\n- {project}\n</session_context>"}]}]}},
+        {"id": "u1", "timestamp": t(7), "type": "user", "content": [
+            {"text": context + "\n\nWhere is okapi_round defined?"}, {"text": context}]},
+        {"$set": {"lastUpdated": t(7)}},
+        answer,
+        dict(answer, toolCalls=[call, failed]),
+        {"id": "u2", "timestamp": t(11), "type": "user", "content": [{"functionResponse": call["result"][0]}]},
+        {"id": "g2", "timestamp": t(12), "type": "gemini", "content": "It is in src/billing.py."},
+        {"id": "u3", "timestamp": t(13), "type": "user", "content": "Rename it to bankers_round."},
+        {"id": "g3", "timestamp": t(14), "type": "gemini", "content": "Renamed."},
+        {"$rewindTo": "u3"},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    return path
+
+
+def test_gemini_chat_log(project, tmp_path):
+    """Gemini CLI 0.61 keeps a chat as a log (.jsonl), not one document: it is read as the CLI
+    reads it back, and its tool calls as its hooks give them."""
+    (project / "src").mkdir()
+    chats = tmp_path / "home" / ".gemini" / "tmp" / "proj" / "chats"
+    chats.mkdir(parents=True)
+    (chats.parent / ".project_root").write_text(str(project))
+    path = gemini_log(chats / "session-2026-11-25T00-20-41c2ed55.jsonl", project)
+    stored = import_one(project, path, "gemini-jsonl", sessions=1, exchanges=1)
+    got = {m["text"]: m for m in stored}
+    assert "Where is okapi_round defined?" in got, list(got)  # without the memory our hooks had added
+    search = got["Searched src for `okapi_round`:\nsrc/billing.py:1:def okapi_round(x):\nsrc/billing.py-2-    "
+                 "return round(x, 2)"]
+    assert search["files"] == ["src/billing.py"]
+    assert any(t.startswith("$ pytest -q [failed]") and "1 failed: test_round" in t for t in got)
+    assert "It is in src/billing.py." in got
+    assert not any("Rename" in t or "Renamed" in t or "session_context" in t or "ai_smartness memory" in t
+                   for t in got), list(got)  # taken back; the CLI's context and ours
+    assert {m.get("agent") for m in stored} == {"gemini"} and {m["session"] for m in stored} == {"41c2ed55"}
+
+
 # ---- Cline ----
 
 def cline_task(root, task_id="1731403200000"):
@@ -433,6 +491,11 @@ def test_history_finds_this_projects_claude_codex_and_gemini_sessions(project, t
     chats = home / ".gemini" / "tmp" / hashlib.sha256(str(project).encode()).hexdigest() / "chats"
     chats.mkdir(parents=True)
     assert ai.history_paths(str(project), str(home)) == [str(own), str(chats), str(mine)]
+    # Gemini CLI 0.61 names a project's folder in its registry.
+    named = home / ".gemini" / "tmp" / "proj-1" / "chats"
+    named.mkdir(parents=True)
+    (home / ".gemini" / "projects.json").write_text(json.dumps({"projects": {str(project): "proj-1", "/x": "x"}}))
+    assert ai.history_paths(str(project), str(home)) == [str(own), str(named), str(chats), str(mine)]
     out = cli_json("import", "--history", project=project)
     assert out["files"] == 2 and out["sessions"] == 2 and out["stored"] == 7, out
 
