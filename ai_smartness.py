@@ -2626,8 +2626,8 @@ def tool_capture(payload, data_dir=None):
         text = f"Edited {shown}:\n" + "\n".join(parts)
     elif tool == "Bash":
         command = str(inp.get("command") or "")
-        if APP in command and "ai_smartness.py" in command:
-            return None  # the agent inspecting memory is not new memory
+        if (APP in command and "ai_smartness.py" in command) or command_recall_path(command):
+            return None  # the agent inspecting or recalling memory (`cat .ai/recall/x`) is not new memory
         out = resp if isinstance(resp, str) else ""
         if isinstance(resp, dict):
             out = "\n".join(str(resp.get(k) or "") for k in ("stdout", "stderr")).strip()

@@ -406,6 +406,9 @@ def test_real_codex_cli_gets_the_memory_and_its_turn_is_stored(project, tmp_path
         outputs = [i for i in api.bodies[-1]["body"]["input"] if i.get("type") == "function_call_output"]
         assert "okapi_round" in json.dumps(outputs), last[-2000:]  # the recall, as the denial's reason
         check_turn_stored(project, "codex")
+        # The rollout the CLI kept is found and read as its hooks gave it: nothing new.
+        out = cli_json("import", "--history", project=project, env=dict(os.environ, CODEX_HOME=str(home)))
+        assert out["files"] == 1 and out["stored"] == 0 and out["known"] >= 2, out
     finally:
         stop_daemons(project)
 

@@ -318,6 +318,10 @@ def test_capture_bash():
     assert cap["origin"] == "command"
     assert cap["text"].startswith("$ pytest -q tests/test_db.py (run db tests)")
     assert "3 passed" in cap["text"] and "warning: slow" in cap["text"]
+    # A recall through the shell answers with our own text (Codex's rollout keeps it as the
+    # command's output): memory of memory is none.
+    assert ai.tool_capture(post("Bash", {"command": "cat .ai/recall/okapi"}, {
+        "stdout": "Command blocked by PreToolUse hook: ai_smartness recall for \"okapi\""}), DATA_DIR) is None
 
 
 def test_capture_task_webfetch_websearch():
