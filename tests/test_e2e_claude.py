@@ -144,6 +144,12 @@ def test_memory_flows_from_one_session_to_the_next(sandbox, recall_path):
     new_lines = box.marker_lines()[marker_before:]
     assert any(re.match(r"Read\t.*/\.ai/cache/recall/", line) for line in new_lines), new_lines
 
+    # The transcripts the client kept hold nothing the hooks did not store live, the recall included.
+    done = box.cli("import", "--history", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["files"] == 2 and out["stored"] == 0 and out["known"] >= 4, out
+
 
 def test_a_cd_the_client_keeps_places_each_command_file_once(sandbox):
     """Claude Code keeps a command's `cd` for the next commands and reports the folder it moved
