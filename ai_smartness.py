@@ -5904,7 +5904,7 @@ def gemini_events(doc, stats, cwd=None):
                 if payload is None:
                     stats["skipped"] += 1
                     continue
-                yield "tool", payload
+                yield ("failure" if payload.get("error") else "tool"), payload
         else:
             stats["skipped"] += 1
     yield from turns.flush()
@@ -9552,7 +9552,10 @@ def hook_capture(store, payload, mem):
     if payload.get("tool_name") in PLAN_TOOLS:
         note_plan(store, payload)
         return ""
-    journal(store, capture_entry("tool", payload, store.dir), payload.get(CAPTURE_KEY))
+    # An agent that reports a failed command in its PostToolUse (Gemini CLI): the adapter gave
+    # it the `error` a PostToolUseFailure carries.
+    kind = "failure" if isinstance(payload.get("error"), str) and payload["error"] else "tool"
+    journal(store, capture_entry(kind, payload, store.dir), payload.get(CAPTURE_KEY))
     return ""
 
 
@@ -10421,6 +10424,8 @@ class Codex(ShellAgent):
 _GEMINI_CONTEXT_RE = LazyRe(r"\A\s*<hook_context>.*?</hook_context>\s*", re.S)
 # Gemini CLI wraps a shell command's output: the wrapper and the process group line are noise.
 _GEMINI_SHELL_RE = LazyRe(r"</?untrusted_context>|^Process Group PGID: \d+$|^Output: ", re.M)
+# The line it adds for a command that exited with another code than 0.
+_GEMINI_EXIT_RE = LazyRe(r"^Exit Code: (-?\d+)$", re.M)
 
 
 @agent
@@ -10455,6 +10460,9 @@ class Gemini(ShellAgent):
             payload["tool_response"] = {"file": {"content": text}}
         elif tool == "Bash":
             payload["tool_response"] = {"stdout": _GEMINI_SHELL_RE.sub("", text).strip()}
+            code = _GEMINI_EXIT_RE.search(text)
+            if code and code.group(1) != "0":  # a command that failed, as PostToolUseFailure gives it
+                payload["error"] = payload["tool_response"]["stdout"]
         elif tool == "Grep":
             payload["tool_input"], payload["tool_response"] = self.search(payload, inp, text)
         else:

@@ -198,6 +198,18 @@ def test_gemini_grep_search_is_kept_as_a_search_of_the_project(proj):
         ("Searched the project for `okapi`:\nsrc/billing.py", ["src/billing.py"])]
 
 
+def test_gemini_command_that_exits_non_zero_is_kept_as_failed(proj):
+    """Gemini CLI's AfterTool for a shell command says "Exit Code: N" when N is not 0 (no
+    PostToolUseFailure): kept as Claude Code's failure is; exit 0 says nothing of the kind."""
+    for command, text in (("pytest -q", "Output: 1 failed: test_round\nExit Code: 1\nProcess Group PGID: 7"),
+                          ("ls", "Output: README.md\nProcess Group PGID: 8")):
+        payload = gemini_payload("AfterTool", proj, tool_name="run_shell_command", tool_input={"command": command},
+                                 tool_response={"llmContent": text, "returnDisplay": text})
+        assert agent_hook("gemini", "AfterTool", payload, proj) == ""
+    got = sorted((m["text"], bool(m.get("failed"))) for m in stored(proj))
+    assert got == [("$ ls\nREADME.md", False), ("$ pytest -q [failed]\n1 failed: test_round\nExit Code: 1", True)]
+
+
 def test_gemini_write_todos_is_the_task_list_the_next_briefing_names(proj):
     agent_hook("gemini", "BeforeAgent", gemini_payload("BeforeAgent", proj, prompt="Port the numbat index to sqlite"),
                proj)
@@ -460,6 +472,27 @@ def test_real_gemini_cli_search_is_stored_with_what_it_found(project, tmp_path):
         # The chat the CLI kept (a log, session-*.jsonl) is found and read as its hooks gave it: nothing new.
         out = cli_json("import", "--history", project=project)
         assert out["files"] == 1 and out["exchanges"] == 1 and out["stored"] == 0 and out["known"] >= 3, out
+    finally:
+        stop_daemons(project)
+
+
+def test_real_gemini_cli_failed_command_is_linked_to_the_change_that_fixed_it(project, tmp_path):
+    """Gemini CLI reports a command that exited with another code than 0 in its AfterTool ("Exit
+    Code: 1"): kept as failed, and linked to the run that passes after the file was changed."""
+    gemini = prepared(project, "gemini")
+    (project / "check.py").write_text("import sys\nsys.exit('okapi_round is missing')\n")
+    script = [("run_shell_command", {"command": "python3 check.py"}),
+              ("write_file", {"file_path": "check.py", "content": "print('okapi_round ok')\n"}),
+              ("run_shell_command", {"command": "python3 check.py"}), "Fixed: check.py passes."]
+    try:
+        run_gemini(gemini, project, tmp_path / "home", script, "Make check.py pass")
+        msgs = {m["id"]: m for m in stored(project)}
+        [failed] = [m for m in msgs.values() if m.get("failed")]
+        assert failed["text"].startswith("$ python3 check.py [failed]\nokapi_round is missing"), failed["text"]
+        assert not msgs[failed["fixed_by"]].get("failed") and failed["fixed_files"] == ["check.py"], failed
+        # The chat the CLI kept holds the same failure: nothing new.
+        out = cli_json("import", "--history", project=project)
+        assert out["files"] == 1 and out["stored"] == 0, out
     finally:
         stop_daemons(project)
 
