@@ -10941,7 +10941,9 @@ def do_threads(cli, args):
             if args.status == "all" or t["status"] == args.status]
     rows.sort(key=lambda r: r["last_active"] or "", reverse=True)
     rows = rows[: args.limit]
-    text = "\n".join("\n".join([f"{r['id']}  {r['status']:<9} w={r['weight']:.2f} n={r['messages']:<3} {r['title']}"
+    stale = stale_rules(mem.store.rules())  # a title stating a replaced rule says so (the MCP tool answers an agent)
+    shown = {r["id"]: title_shown(r["title"], len(r["title"]), stale, cli.lang) for r in rows}
+    text = "\n".join("\n".join([f"{r['id']}  {r['status']:<9} w={r['weight']:.2f} n={r['messages']:<3} {shown[r['id']]}"
                                  f"  ({when_label((r['time_of_day'], r['day_of_week']), cli.lang)})",
                                  *("  " + x for x in signal_lines(mem.threads[r["id"]], cli.lang))])
                      for r in rows) or tr("none", cli.lang)
@@ -10978,8 +10980,12 @@ def do_bridges(cli, args):
 def do_search(cli, args):
     hits, _ = cli.drained().served("search", lambda: cli.mem().search(args.query, args.limit),
                                    query=args.query, limit=args.limit)
-    text = "\n".join(f"{h['score']:.3f} [{h['timestamp'][:10]}] {h['title']} :: {shorten(h['text'], 120)}"
-                     for h in hits) or tr("none", cli.lang)
+    # The text (what the MCP tool answers an agent) marks what states a replaced instruction, as
+    # recall does; the JSON keeps the stored texts.
+    stale, lang = stale_rules(cli.store.rules()), cli.lang
+    text = "\n".join(f"{h['score']:.3f} [{h['timestamp'][:10]}] {title_shown(h['title'], len(h['title']), stale, lang)}"
+                     f" :: {shorten(mark_replaced(h['text'], stale, lang, ts_of(h, 'timestamp')), 120)}"
+                     for h in hits) or tr("none", lang)
     return emit(args, hits, text)
 
 

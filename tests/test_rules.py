@@ -339,6 +339,13 @@ def test_a_natural_rule_replaced_is_marked_where_it_is_recalled_and_left_out_of_
     for view in (mem.recall("Jest parser tests"), mem.thread_view(next(iter(mem.threads)))):
         said = [x for x in view.splitlines() if "Jest" in x and "Jest parser tests" not in x]  # not the query
         assert said and all(mark in x or x.startswith('Thread "[replaced rule] ') for x in said), view
+    # So do the texts of `search` and `threads` (the CLI's, which the MCP tools answer with).
+    found = cli("search", "Jest parser tests", project=project).stdout.splitlines()
+    said = [x for x in found if "Jest" in x.split(" :: ", 1)[1]]
+    assert said and all(x.split("] ", 1)[1].startswith("[replaced rule] ") and mark in x for x in said), found
+    listed = cli("threads", project=project).stdout
+    assert "[replaced rule] For the parser tests" in listed, listed
+    assert not any("[replaced" in r["title"] for r in cli_json("threads", project=project))  # the data as stored
 
 
 def test_a_briefing_does_not_name_the_work_by_a_replaced_rule_as_if_it_held():
