@@ -10691,7 +10691,7 @@ def history_paths(project, home):
     out = [os.path.join(home, ".claude", "projects", claude_project_slug(r)) for r in roots]
     try:
         with open(os.path.join(home, ".gemini", "projects.json"), encoding="utf-8") as fh:
-            named = json.loads(fh.read(IMPORT_SNIFF_BYTES)).get("projects")
+            named = json.loads(fh.read(IMPORT_MAX_JSON_BYTES)).get("projects")
     except (OSError, ValueError, RecursionError, AttributeError):
         named = None
     names = [named.get(r) for r in roots] if isinstance(named, dict) else []
