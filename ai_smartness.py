@@ -5888,7 +5888,8 @@ def gemini_events(doc, stats, cwd=None):
         elif msg.get("type") == "gemini":
             turns.said(msg.get("content"), base, msg.get("id"))
             for call in msg.get("toolCalls") if isinstance(msg.get("toolCalls"), list) else ():
-                name = adapter.tools.get(call.get("name")) if isinstance(call, dict) else None
+                tool = call.get("name") if isinstance(call, dict) else None
+                name = adapter.tools.get(tool) if isinstance(tool, str) else None
                 if not name:
                     stats["skipped"] += 1
                     continue
@@ -9473,8 +9474,10 @@ def capture_entry(kind, payload, data_dir, at=None):
 
 def failed_capture(payload, data_dir):
     """A command that failed: its error is memory (what broke, and later what fixed it)."""
-    if payload.get("tool_name") != "Bash" or payload.get("is_interrupt") or not payload.get("error"):
-        return None
+    inp = payload.get("tool_input") if isinstance(payload.get("tool_input"), dict) else {}
+    if payload.get("tool_name") != "Bash" or payload.get("is_interrupt") or not payload.get("error") or \
+            not isinstance(inp.get("command"), str) or not inp["command"].strip():
+        return None  # no command: nothing to link a fix to
     cap = tool_capture(dict(payload, tool_response={"stderr": payload["error"]}), data_dir)
     if cap:
         command, _, error = cap["text"].partition("\n")

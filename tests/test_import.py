@@ -308,6 +308,24 @@ def test_gemini_chat_log(project, tmp_path):
     assert {m.get("agent") for m in stored} == {"gemini"} and {m["session"] for m in stored} == {"41c2ed55"}
 
 
+def test_a_gemini_chat_log_of_odd_records_imports_what_it_can(project, tmp_path):
+    """Records no CLI writes (a tool name that is a list, arguments that are no object, a failed
+    call without its command, a `$set` of messages that is no list) are skipped, not fatal."""
+    records = [{"sessionId": "s1", "projectHash": "h"}, {"$set": {"messages": "x"}},
+               {"id": "u1", "type": "user", "content": "Where is the okapi rounding done?"},
+               {"id": "g1", "type": "gemini", "content": ["x"], "toolCalls": [
+                   1, {"name": ["read_file"]}, {"name": "run_shell_command", "args": "ls"},
+                   {"name": "run_shell_command", "args": {}, "status": "error",
+                    "result": [{"functionResponse": {"response": {"error": {"code": 1}}}}]},
+                   {"name": "read_file", "args": {"file_path": 5}}]},
+               {"id": "g2", "type": "gemini", "timestamp": 12, "content": "The okapi rounding is in billing.py."}]
+    path = tmp_path / "session-odd.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    stored = import_one(project, path, "gemini-jsonl", sessions=1, exchanges=1, stored=2, corrupt=0)
+    assert sorted(m["text"] for m in stored) == ["The okapi rounding is in billing.py.",
+                                                 "Where is the okapi rounding done?"]
+
+
 # ---- Cline ----
 
 def cline_task(root, task_id="1731403200000"):
