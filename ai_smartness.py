@@ -5977,7 +5977,8 @@ def cline_events(doc, stats, session=None, at=None):
             [p for p in content if isinstance(p, dict)] if isinstance(content, list) else []
         if msg["role"] == "assistant":
             for part in parts:
-                if part.get("type") == "tool_use" and _FOREIGN_TOOLS.get(part.get("name")):
+                if part.get("type") == "tool_use" and isinstance(part.get("name"), str) and \
+                        _FOREIGN_TOOLS.get(part["name"]):
                     turns.calls[part.get("id")] = (_FOREIGN_TOOLS[part["name"]], _foreign_input(part.get("input")))
                 elif part.get("type") == "text":
                     turns.said(part.get("text"), base, id(msg))
@@ -10835,6 +10836,11 @@ class Importer:
                 self.event(kind, payload, mtime)
         except OSError as exc:  # unreadable, or gone meanwhile: the other files go on
             _corrupt(self.stats, f"{path}: {exc.strerror or exc}")
+            return
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+            # A record of a shape no parser expects: what came before it is kept, the other files go on.
+            self.store.log.error("import file failed", path=path, error=repr(exc)[:ERROR_LINE_CHARS])
+            _corrupt(self.stats, f"{path}: {type(exc).__name__}")
             return
         self.stats["files"] += 1
 

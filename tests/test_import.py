@@ -326,6 +326,26 @@ def test_a_gemini_chat_log_of_odd_records_imports_what_it_can(project, tmp_path)
                                                  "Where is the okapi rounding done?"]
 
 
+def test_a_file_no_parser_can_read_is_counted_and_the_others_go_on(project, tmp_path, monkeypatch):
+    """A record of a shape no parser expects (here: a parser that trips on it) costs its file,
+    counted as corrupt and logged, not the whole import."""
+    import argparse
+    odd = gemini_log(tmp_path / "a-session.jsonl", project)
+    good = codex_rollout(tmp_path / "b-rollout.jsonl")
+    real = ai.gemini_events
+
+    def tripping(doc, stats, cwd=None):
+        yield from list(real(doc, stats, cwd))[:1]  # the first event, then the record it cannot read
+        raise TypeError("unhashable type: 'list'")
+    monkeypatch.setattr(ai, "gemini_events", tripping)
+    run = ai.Importer(ai.Cli(argparse.Namespace(project=str(project))), "auto", None)
+    for path in (odd, good):
+        run.file(str(path), lambda n: None)
+    out = run.summary(0.0)
+    assert out["corrupt"] == 1 and out["files"] == 1 and out["stored"] == 5, out  # 1 before the trip + Codex's 4
+    assert "import file failed" in (project / ".ai" / "logs" / "ai_smartness.log").read_text()
+
+
 # ---- Cline ----
 
 def cline_task(root, task_id="1731403200000"):
