@@ -5537,6 +5537,9 @@ class FileTable:
         self._turns = {}  # session -> (the terms of its latest prompt, the files touched since)
         self.failures = {}  # (session, command) -> the message of its latest failure, until it passes
         self._heads = {}  # message id -> the shingles of its quote and head, for the STAND_CACHE last asked
+        # Touches counted in the order noted: of two files touched in the same second (times are
+        # whole seconds), the one touched after is the newer.
+        self._touches = 0
 
     def note(self, msg, ts):
         """Learn from one message (of time `ts`), given in time order."""
@@ -5568,6 +5571,8 @@ class FileTable:
             if op not in ("mention", "search"):  # a search looked for something: no work on the file yet
                 st["n"] += 1
                 st["last"], st["op"] = max(st["last"], ts), op
+                self._touches += 1
+                st["seq"] = self._touches
                 if turn and path not in turn[1]:
                     for other in turn[1]:  # worked on in the same turn
                         st["with"][other] += 1
@@ -5667,7 +5672,7 @@ class FileTable:
                 tf = st["words"][t]
                 bm[p] += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * st["size"] / avg))
         top = max(bm.values(), default=0.0) or 1.0
-        order = sorted(touched, key=lambda x: -x[1]["last"])
+        order = sorted(touched, key=lambda x: (-x[1]["last"], -x[1]["seq"]))
         scores = {}
         for rank, (p, st) in enumerate(order):
             said = len(stems & st["stem"]) / len(st["stem"]) if st["stem"] and p not in named else 0.0

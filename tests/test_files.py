@@ -636,6 +636,23 @@ def test_a_prompt_saying_most_words_of_a_files_camelcase_name_ranks_it_first(pro
     assert ranked[0] == "src/EventSchedulerDashboard.tsx", ranked  # 2 of its 3 words, not EventList's 1 of 2
 
 
+@pytest.mark.parametrize("first_second", [0, 1])
+def test_files_touched_in_the_same_second_are_newest_last_touched(project, first_second):
+    """Times are whole seconds: of files read one after the other in the same second, the last
+    read is the newest, wherever a second boundary falls (it used to rank the first read
+    newest, and the camelCase test above then failed when its first read fell a second earlier)."""
+    mem = ais.open_memory(str(project))
+    paths = ("src/EventSchedulerDashboard.tsx", "src/EventList.tsx", "src/TeamDashboard.tsx", "src/api.ts")
+    for k, path in enumerate(paths):
+        at = ais.iso(1_800_000_000 + (first_second if k else 0))
+        mem.store.inbox_append(ais.prepare_capture(f"Read {path}:\nexport default 1", "tool:Read", session_id="s1",
+                                                   files=[path], op="read", at=at))
+    mem.flush()
+    table = mem.file_table()
+    assert [p for p, _ in table.rank("continue", 4)] == list(reversed(paths))
+    assert [p for p, _ in table.rank("the event scheduler page does not open", 1)] == [paths[0]]
+
+
 def test_a_prompt_of_acknowledgements_ranks_the_files_by_the_work_not_by_its_words(project):
     """ "continue" matches the turns that said "continue"; the file in play is the one worked on."""
     mem = ais.open_memory(str(project))
