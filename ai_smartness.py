@@ -462,8 +462,9 @@ BRIEF_FILES, BRIEF_OTHERS = 6, 3
 # characters of the task and of a thread title there; a prompt shorter than TASK_MIN_CHARS sets
 # no task ("continue").
 BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHARS = 3, 10, 80, 40, 20
-# Topics of the last work-stream the briefing names.
-BRIEF_TOPICS = 6
+# Topics of the last work-stream the briefing names, and of them those kept before its last
+# conclusion has the room for its first sentences.
+BRIEF_TOPICS, BRIEF_TOPICS_KEPT = 6, 3
 # The start of a conclusion always kept (its first sentences up to this length).
 CONCLUSION_HEAD_CHARS = 40
 # Words of a sentence at most that only leads into a list ("Here's the full summary:").
@@ -9352,12 +9353,16 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room, stale=()):
     tasks = "; ".join(open_tasks(hb))
     plan = shorten(tr("brief_plan", lang, items=tasks), BRIEF_PLAN_CHARS) if tasks else ""
     keep = BRIEF_MIN_LINE + 1 if plan else 0  # the least line of the open tasks, the lines before it leave
-    # Its topics and task leave room for the files, a line of the last conclusion and of the open tasks.
+    # Its first topics, then the files, the last conclusion's first sentences (what the work came
+    # to says more than more topics), the least line of the open tasks, then more topics and the task.
     below = len(tr("brief_files", lang, files=join_within(files, BRIEF_FILES_CHARS))) + 1 if files else 0
     below += keep
-    fill = min(cap, budget - 1 - below - (BRIEF_MIN_LINE + 1 if last else 0))
-    topics = join_within(telling_topics(hot, title, common)[:BRIEF_TOPICS],
-                         fill - len(where) - len(tr("brief_topics", lang, topics="")) - 1)
+    telling = telling_topics(hot, title, common)
+    least = len(tr("brief_topics", lang, topics=", ".join(telling[:BRIEF_TOPICS_KEPT]))) + 1 if telling else 0
+    first = len(tr("brief_last", lang, text=shorten(last, BRIEF_SUMMARY_CHARS))) + 1 if last else 0
+    fill = max(min(cap, len(where) + least, budget - 1 - below - (BRIEF_MIN_LINE + 1 if last else 0)),
+               min(cap, budget - 1 - below - first))
+    topics = join_within(telling[:BRIEF_TOPICS], fill - len(where) - len(tr("brief_topics", lang, topics="")) - 1)
     if topics:
         where += " " + tr("brief_topics", lang, topics=topics)
     task = hb.get("last_task") or ""

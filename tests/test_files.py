@@ -906,6 +906,27 @@ def test_the_last_conclusion_takes_the_room_the_other_work_cannot_use():
     assert lines[-2:] == ["Other recent work:", "- work-stream 2 with a long title with a… (alphabet2, betatron2)"]
 
 
+def test_the_topics_give_way_to_the_first_sentence_of_the_last_conclusion():
+    now = 1_800_000_000
+    at = ais.iso(now - 3600)
+    hot = {"id": "t1", "title": "run the monthly batch over all months", "last_active": at, "messages": [],
+           "topics": ["dependencies", "pipeline", "mcao", "geocoding", "throttle", "addresses"],
+           "files": {f"scripts/batch_process_{k}.py": {"at": at} for k in ("all", "months", "local")}}
+    digest = {f"t{i}": {"title": f"column mapping of the tracker sheet {i}", "topics": ["provider", "county"],
+                        "last_active": ais.iso(now - 7200 - i)} for i in range(2, 4)}
+    said = ("The timeout error is likely caused by the MCAO lookups running one address at a time. "
+            "Next: batch the lookups.")
+    hb = {"last_task": "why does the batch time out after an hour?", "last_conclusion": said}
+    lines = ais.where_work_stopped(hot, digest, [], hb, now, "en", 380)
+    assert sum(len(x) + 1 for x in lines) <= 380
+    # The first topics stay; cut to the room all six left, the conclusion lost its point (the cause).
+    assert lines[0].endswith("(1 h ago). Topics: dependencies, pipeline, mcao."), lines
+    assert lines[2].startswith("Last: The timeout error is likely caused by the MCAO lookups running one address "
+                               "at a time"), lines
+    assert lines[-3:] == ["Other recent work:", "- column mapping of the tracker sheet 2",
+                          "- column mapping of the tracker sheet 3"]
+
+
 def test_a_briefing_with_room_to_spare_says_more_of_the_last_conclusion():
     now = 1_800_000_000
     hot = {"id": "t1", "title": "ETL pipeline stages", "last_active": ais.iso(now - 3600), "messages": []}
