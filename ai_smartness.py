@@ -1956,8 +1956,9 @@ my myself no nor not now of off on once only or other our ours ourselves out ove
 should so some such than that the their theirs them themselves then there these they this those
 through to too under until up very was we were what when where which while who whom why will with
 would you your yours yourself yourselves let lets us also get got one two may might must shall
-yes ok okay please pls plz thanks hi hello hey i'm it's that's don't can't won't didn't isn't doesn't
-i've i'll you're you've you'll we're we've we'll they're here's there's what's let's
+yes ok okay please pls plz thanks thx hi hello hey idk btw fyi tbh imo imho lol hmm afaik iirc
+i'm it's that's don't can't won't didn't isn't doesn't i've i'll you're you've you'll we're we've we'll
+they're here's there's what's let's
 im ive youre theyre thats theres whats isnt doesnt didnt cant wasnt arent hasnt havent shouldnt
 wouldnt couldnt
 le la les un une des du de et en au aux ce ces cet cette il elle ils elles je tu nous vous on j'ai qu'il

@@ -187,6 +187,9 @@ def test_a_prompts_slash_commands_and_unmarked_contractions_are_no_topics():
     assert ex["topics"] == ["gradient", "applied", "floating", "widget"] and ex["title"].startswith("/primegist")
     assert ai.EXTRACTOR.extract("/prime", "prompt")["topics"] == []
     assert ai.EXTRACTOR.extract("/Users/me/billing fails", "prompt")["topics"] == ["billing", "fails"]  # a path
+    # Chat shorthand says how the user feels about the work, not what it is.
+    ex = ai.EXTRACTOR.extract("idk why but tbh the segmented highlighting still fails, btw imo the tap is fine", "prompt")
+    assert ex["topics"] == ["segmented", "highlighting", "fails", "tap"], ex["topics"]
 
 
 def test_topics_prefer_identifiers_and_the_file_name():
