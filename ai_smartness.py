@@ -1795,6 +1795,9 @@ _PREFIX_RE = LazyRe(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:
 # the project runs again, and the files its earlier runs touched are the next run's.
 _SLASH_COMMAND_RE = LazyRe(r"/[\w.:-]{2,64}(?:\s|$)")
 _LEADING_COMMANDS_RE = LazyRe(r"^(?:/[\w.:-]{2,64}(?:\s+|$))+")
+# Where Claude Code's prompt holds a pasted screenshot or text ("[Image #1]", "[Pasted text #2 +40
+# lines]"): what the user attached, not what the work is.
+_ATTACHED_RE = LazyRe(r"\[(?:Image|Pasted text) #\d+(?: \+\d+ lines)?\]")
 # A shell prompt before a command pasted from a terminal (`me@mac app % npm test`,
 # `me@box:~/app$ make`, `(venv) me@box app % pytest`, `PS C:\app> npm run build`, macOS bash's
 # `Mac:my app me$ make`, oh-my-zsh's `(base) ➜  app git:(main) ✗ npx convex dev`, its "(" lost
@@ -2480,6 +2483,8 @@ class HeuristicExtractor:
         body = _PREFIX_RE.sub("", text or "").strip()
         if origin == "prompt" and ("@" in body or "PS " in body or "➜" in body or "$ " in body):
             body = _SHELL_PROMPT_RE.sub("", body)
+        if origin == "prompt" and " #" in body:
+            body = _ATTACHED_RE.sub("", body).strip() or body
         # A prompt's leading slash commands are the user's routines (/prime, /implement), not its subject.
         said = _LEADING_COMMANDS_RE.sub("", body) if origin == "prompt" and body.startswith("/") else body
         return {"title": self.title(body, origin, file_path),
@@ -9534,7 +9539,9 @@ def hook_inject(store, payload, mem):
         hint = proactive_suggestion(mem.threads if mem else store.read_digest(), prompt, lang)
         if hint and len(text) + len(hint) + 1 <= cfg["inject_budget"]:
             text += "\n" + hint
-    task = {"last_task": cut_redacted(" ".join(strip_markup(prompt).split()), FIELD_CHARS)} \
+    said = strip_markup(prompt)
+    said = _ATTACHED_RE.sub("", said).strip() or said
+    task = {"last_task": cut_redacted(" ".join(said.split()), FIELD_CHARS)} \
         if not is_noise(prompt, min_chars=TASK_MIN_CHARS) else {}
     store.update_heartbeat(last_interaction=iso(now), prompt_session=session, reminders_since=0 if remind else since + 1,
                            last_served_inject="daemon" if mem else "in-process", **task)

@@ -495,6 +495,15 @@ def test_the_briefing_after_a_gap_says_where_the_work_stopped(project):
     assert len(text) <= 500
 
 
+def test_the_briefing_names_a_task_by_its_words_not_by_the_screenshot_pasted_with_it(project):
+    hook("inject", prompt_payload("[Image #1] the pagination of the orders page skips page 2 [Image #2]", "s1",
+                                  project), project)
+    out = hook("start", start_payload("startup", "s2", project), project)
+    text = json.loads(out.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert 'Where the work stopped: "the pagination of the orders page…"' in text, text
+    assert "[Image" not in text, text
+
+
 def test_the_digest_lists_each_threads_newest_files(project):
     mem = work(project)
     mem.write_index()

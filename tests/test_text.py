@@ -187,6 +187,10 @@ def test_a_prompts_slash_commands_and_unmarked_contractions_are_no_topics():
     assert ex["topics"] == ["gradient", "applied", "floating", "widget"] and ex["title"].startswith("/primegist")
     assert ai.EXTRACTOR.extract("/prime", "prompt")["topics"] == []
     assert ai.EXTRACTOR.extract("/Users/me/billing fails", "prompt")["topics"] == ["billing", "fails"]  # a path
+    # Claude Code's stand-ins for a pasted screenshot or text are not what the work is.
+    ex = ai.EXTRACTOR.extract("[Image #1] the pagination [Pasted text #2 +40 lines] skips page 2", "prompt")
+    assert (ex["title"], ex["topics"]) == ("the pagination skips page 2", ["pagination", "skips", "page"])
+    assert ai.EXTRACTOR.extract("[Image #1]", "prompt")["title"] == "[Image #1]"  # what there is
     # Chat shorthand says how the user feels about the work, not what it is.
     ex = ai.EXTRACTOR.extract("idk why but tbh the segmented highlighting still fails, btw imo the tap is fine", "prompt")
     assert ex["topics"] == ["segmented", "highlighting", "fails", "tap"], ex["topics"]
