@@ -1777,8 +1777,10 @@ excelente estupendo increíble fantástico
 CONFIRMATIONS = frozenset("works worked perfectly nicely flawlessly looks seems everything marche fonctionne "
                           "funciona funcionó".split())
 NEGATIONS = frozenset("not no never nothing pas jamais rien nunca nada".split())
+# Claude Code 1.0 kept a SessionStart hook's output in the transcript as a user message in
+# <session-start-hook>: the hook's text (ours, a briefing), not the user's.
 _MARKUP_RE = LazyRe(
-    r"<(system-reminder|ide_[a-z_]+|command-[a-z-]+|local-command-[a-z-]+|user-prompt-submit-hook)"
+    r"<(system-reminder|ide_[a-z_]+|command-[a-z-]+|local-command-[a-z-]+|user-prompt-submit-hook|session-start-hook)"
     r"\b[^>]*>.*?</\1>|<(?:ide_[a-z_]+|command-[a-z-]+)[^>]*/>|\x1b\[[0-9;?]*[ -/]*[@-~]", re.S)
 # Claude Code tells the agent that a background command ended in a user message of this markup:
 # what it says is its summary, not the tags, ids and paths around it.

@@ -67,6 +67,9 @@ def test_ide_and_system_tags_are_removed():
     # A prompt made only of IDE tags carries nothing.
     assert ai.prepare_capture("<ide_opened_file>The user opened /src/app.py</ide_opened_file>") is None
     assert ai.strip_markup("<command-name>/clear</command-name>\n<local-command-stdout>x</local-command-stdout>") == ""
+    # A SessionStart hook's output, kept as a user message by Claude Code 1.0: no prompt.
+    brief = "<session-start-hook>ai_smartness memory: recalled notes\nWhere the work stopped: …</session-start-hook>"
+    assert ai.prepare_capture(brief) is None
 
 
 def test_a_background_tasks_notification_is_stored_as_its_summary():
