@@ -1800,6 +1800,9 @@ _LEADING_COMMANDS_RE = LazyRe(r"^(?:/[\w.:-]{2,64}(?:\s+|$))+")
 # Where Claude Code's prompt holds a pasted screenshot or text ("[Image #1]", "[Pasted text #2 +40
 # lines]"): what the user attached, not what the work is.
 _ATTACHED_RE = LazyRe(r"\[(?:Image|Pasted text) #\d+(?: \+\d+ lines)?\]")
+# The banner a terminal opens with ("Last login: Fri Nov  7 14:25:43 on ttys058", "… 2025 from
+# 10.0.0.5"), first in a pasted session: its day, month and tty are no topic, nor is it the work.
+_LOGIN_BANNER_RE = LazyRe(r"Last login: [A-Z][a-z]{2} [^\n]{5,40}? (?:on|from) \S+(?: on \S+)?[ \t]*\n?")
 # A shell prompt before a command pasted from a terminal (`me@mac app % npm test`,
 # `me@box:~/app$ make`, `(venv) me@box app % pytest`, `PS C:\app> npm run build`, macOS bash's
 # `Mac:my app me$ make`, oh-my-zsh's `(base) ➜  app git:(main) ✗ npx convex dev`, its "(" lost
@@ -2483,6 +2486,8 @@ class HeuristicExtractor:
 
     def extract(self, text, origin="prompt", file_path=None):
         body = _PREFIX_RE.sub("", text or "").strip()
+        if origin == "prompt" and "Last login: " in body:
+            body = _LOGIN_BANNER_RE.sub("\n", body).strip() or body
         if origin == "prompt" and ("@" in body or "PS " in body or "➜" in body or "$ " in body):
             body = _SHELL_PROMPT_RE.sub("", body)
         if origin == "prompt" and " #" in body:
@@ -2498,6 +2503,9 @@ class HeuristicExtractor:
         """What the work is: a prompt's or a conclusion's first sentence that is not a bare
         acknowledgement ("Great. Now add the export" is about the export); for a tool result,
         the file it touched or the command's own description, never the path or output echoed."""
+        lead = _LEADING_COMMANDS_RE.match(body) if origin == "prompt" and body.startswith("/") else None
+        if lead and "\n" in lead.group():  # "/sc:troubleshoot" on a line of its own asks of the next
+            body = " ".join(lead.group().split()) + " " + body[lead.end():]
         sentences = re.split(r"(?<=[.!?])\s|\n", body.strip(), maxsplit=4) if body else [""]
         # A word of three letters or fewer alone ("ble." where a paste starts mid-word) names nothing.
         first = next((x for x in sentences if not is_noise(x) and len(re.findall(r"\w", x)) > 3), sentences[0])

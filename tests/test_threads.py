@@ -235,6 +235,15 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     zsh = ais.EXTRACTOR.extract("base) ➜  golfgod_x_convex git:(main) ✗ npx convex dev\n✖ Error: Unable to finish push",
                                 "prompt")
     assert zsh["title"] == "npx convex dev" and "golfgod_x_convex" not in zsh["topics"]
+    # Its login banner (macOS Terminal, ssh) neither; a slash command on a line of its own asks of the next.
+    banner = ais.EXTRACTOR.extract("Last login: Fri Nov  7 14:25:43 on ttys058\n(base) ➜  gist-console git:(master) ✗ "
+                                   "npx convex dev\n✔ Convex functions ready!", "prompt")
+    assert banner["title"] == "npx convex dev" and not {"ttys058", "last", "login", "fri", "nov"} & set(banner["topics"])
+    assert ais.EXTRACTOR.extract("/sc:troubleshoot Last login: Tue Nov 25 01:02:03 2025 from 10.0.0.5\n"
+                                 "dana@box:~/etl$ make deploy\nmake: *** [deploy] Error 1", "prompt")["title"] == \
+        "/sc:troubleshoot make deploy"
+    assert ais.EXTRACTOR.extract("/prime\n\nfix the login redirect", "prompt")["title"] == "/prime fix the login redirect"
+    assert ais.EXTRACTOR.extract("what does Last login: mean", "prompt")["title"] == "what does Last login: mean"
     mac = ais.EXTRACTOR.extract("Mac:etl-restore-28-Jul-2025 copy dana$ python3 'scripts/months.py'\n"
                                 "bash: python: command not found", "prompt")  # macOS bash's prompt, a dated folder
     assert mac["title"] == "python3 'scripts/months.py'" and not {"mac", "dana"} & set(mac["topics"]), mac
