@@ -1965,8 +1965,8 @@ should so some such than that the their theirs them themselves then there these 
 through to too under until up very was we were what when where which while who whom why will with
 would you your yours yourself yourselves let lets us also get got one two may might must shall
 yes ok okay please pls plz thanks thx hi hello hey idk btw fyi tbh imo imho lol hmm afaik iirc
-i'm it's that's don't can't won't didn't isn't doesn't i've i'll you're you've you'll we're we've we'll
-they're here's there's what's let's
+i'm it's that's don't can't won't didn't isn't doesn't i've i'll i'd you're you've you'll you'd we're we've
+we'll we'd they're they'd here's there's what's let's
 im ive youre theyre thats theres whats isnt doesnt didnt cant wasnt arent hasnt havent shouldnt
 wouldnt couldnt
 le la les un une des du de et en au aux ce ces cet cette il elle ils elles je tu nous vous on j'ai qu'il
@@ -2509,6 +2509,7 @@ class HeuristicExtractor:
         sentences = re.split(r"(?<=[.!?])\s|\n", body.strip(), maxsplit=4) if body else [""]
         # A word of three letters or fewer alone ("ble." where a paste starts mid-word) names nothing.
         first = next((x for x in sentences if not is_noise(x) and len(re.findall(r"\w", x)) > 3), sentences[0])
+        first = re.sub(r"^[-*•][ \t]+(?=\S)", "", first)  # a list's first item: its words, not its bullet
         if file_path and origin in ("file_read", "file_write"):
             verb = first.split(" ", 1)[0] if first.split(" ", 1)[0] in ("Read", "Wrote", "Edited") else ""
             first = (verb + " " if verb else "") + os.path.basename(file_path.rstrip("/\\"))

@@ -244,6 +244,8 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
         "/sc:troubleshoot make deploy"
     assert ais.EXTRACTOR.extract("/prime\n\nfix the login redirect", "prompt")["title"] == "/prime fix the login redirect"
     assert ais.EXTRACTOR.extract("what does Last login: mean", "prompt")["title"] == "what does Last login: mean"
+    bullet = ais.EXTRACTOR.extract("- I'd like to trigger processing manually.\n- and see the results", "prompt")
+    assert bullet["title"] == "I'd like to trigger processing manually." and "i'd" not in bullet["topics"], bullet
     mac = ais.EXTRACTOR.extract("Mac:etl-restore-28-Jul-2025 copy dana$ python3 'scripts/months.py'\n"
                                 "bash: python: command not found", "prompt")  # macOS bash's prompt, a dated folder
     assert mac["title"] == "python3 'scripts/months.py'" and not {"mac", "dana"} & set(mac["topics"]), mac
