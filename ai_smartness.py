@@ -2001,6 +2001,10 @@ px rem em vh vw rgb rgba hex auto flex none inherit important margin padding wid
 color font size display position absolute relative border tsx jsx yml yaml toml txt
 func defer chan fmt err ctx req res args kwargs argv nullptr sizeof typedef typename constexpr
 namespace std usize isize crate dyn unwrap elsif endif ifdef ifndef foreach isset
+usecallback usememo useref usecontext usereducer uselayouteffect getelementbyid queryselector
+queryselectorall addeventlistener removeeventlistener textcontent innerhtml innertext classlist
+appendchild createelement settimeout setinterval cleartimeout clearinterval parseint parsefloat
+tostring tolowercase touppercase indexof stringify preventdefault stoppropagation isinstance
 http https www com org
 """.split())
 # Code words that, said in a prompt or a note, name a domain of the work (CONCEPTS): "every log

@@ -226,6 +226,12 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
                                "req *Request) (res *Response, err error) {\n\tdefer s.mu.Unlock()\n\tfmt.Println(req)",
                                "file_read", "internal/server/router.go")["topics"]
     assert "router" in go and not {"func", "ctx", "req", "res", "err", "defer", "fmt"} & set(go), go
+    dom = ais.EXTRACTOR.extract("Read static/gallery.js:\nconst panel = document.getElementById('detail');\n"
+                                "panel.classList.add('open'); panel.textContent = photo.caption.toString();\n"
+                                "const onPick = useCallback(() => setTimeout(show, 10), []); const box = useRef(null);",
+                                "file_read", "static/gallery.js")["topics"]
+    assert "gallery" in dom and not {"getelementbyid", "classlist", "textcontent", "tostring", "usecallback",
+                                     "settimeout", "useref"} & set(dom), dom
     # A terminal session pasted as a prompt: the command is the work, the user and machine no topic.
     pasted = ais.EXTRACTOR.extract("dana@MacBook-Pro etl-2025 % poetry run python scripts/batch.py\nTimeoutError\n"
                                    "dana@MacBook-Pro etl-2025 % poetry install\n(venv) dana@box:~/etl$ make", "prompt")
