@@ -1984,7 +1984,6 @@ file files code function functions thing things stuff way need needs want wants 
 made use used using work works working look looking see show try trying let now new old good
 bad fix fixed fixing add added change changed update updated run running ran check checked
 help something anything everything issue problem question answer think know believe going want really
-maybe probably definitely currently actually basically simply better give gave say said put goes went
 still just well much many some time today yesterday tomorrow line lines read wrote write edit
 edited result results output error errors value values test tests data text content message
 fichier code chose faire voir besoin archivo cosa hacer ver necesito
