@@ -1963,7 +1963,6 @@ having he her here hers herself him himself his how i if in into is it its itsel
 my myself no nor not now of off on once only or other our ours ourselves out over own same she
 should so some such than that the their theirs them themselves then there these they this those
 through to too under until up very was we were what when where which while who whom why will with
-without within via per upon onto across among along toward towards
 would you your yours yourself yourselves let lets us also get got one two may might must shall
 yes ok okay please pls plz thanks thx hi hello hey idk btw fyi tbh imo imho lol hmm afaik iirc
 i'm it's that's don't can't won't didn't isn't doesn't i've i'll i'd you're you've you'll you'd we're we've
