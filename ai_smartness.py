@@ -7576,7 +7576,7 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
     `related_of(thread ids, ids to skip)` to the first one, then the rules (render_rules) and
     reminders. A recalled sentence that states a replaced rule says so (mark_replaced). Returns
     (the text, the packed hits with their `line`)."""
-    head, stale = tr("ctx_header", lang), stale_rules(rules)
+    head, stale = tr("memory_header", lang), stale_rules(rules)
     if files:
         head += "\n" + cut_text(tr("ctx_files", lang, files=", ".join(
             f"{path} ({tr('op_' + st['op'], lang)} {human_age(now - st['last'], lang, coarse=True)})"
@@ -9237,7 +9237,7 @@ def hook_start(store, payload, mem):
     if store.inbox_pending():  # no daemon: nothing to wait for, the briefing reads what is stored
         request(store, "drain", timeout=BRIEF_DRAIN_SECONDS)
     hb = store.heartbeat()
-    header = tr("brief_header", lang)
+    header = tr("memory_header", lang)
     last = ts_of(hb, "last_interaction")
     since = tr("brief_since", lang, age=human_age(now - last, lang)) if last else tr("brief_first", lang)
     synth = latest_synthesis(store)

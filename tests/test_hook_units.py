@@ -519,7 +519,7 @@ def test_the_daemon_follows_a_config_edit(daemon, project):
     reply = daemon.cmd_hook("inject", {"session_id": "s", "prompt": "Index the invoices table by customer id"})
     assert reply["ok"] and daemon.mem.cfg["inject_budget"] == 777 and daemon.mem.lang == "fr"
     text = json.loads(reply["stdout"])["hookSpecificOutput"]["additionalContext"]
-    assert text.startswith(ai.tr("ctx_header", "fr")[:20])
+    assert text.startswith(ai.tr("memory_header", "fr")[:20])
 
 
 def test_a_warming_daemon_says_so_by_name(daemon):
