@@ -1806,12 +1806,16 @@ _LOGIN_BANNER_RE = LazyRe(r"Last login: [A-Z][a-z]{2} [^\n]{5,40}? (?:on|from) \
 # A shell prompt before a command pasted from a terminal (`me@mac app % npm test`,
 # `me@box:~/app$ make`, `(venv) me@box app % pytest`, `PS C:\app> npm run build`, macOS bash's
 # `Mac:my app me$ make`, oh-my-zsh's `(base) ➜  app git:(main) ✗ npx convex dev`, its "(" lost
-# when the paste starts a character late): the user's and machine's names are no topic, and the
-# command is what the work is.
+# when the paste starts a character late, Starship's and Powerlevel10k's `~/app ❯ cargo build`):
+# the user's and machine's names are no topic, and the command is what the work is.
 _SHELL_PROMPT_RE = LazyRe(r"(?m)^[ \t]*(?:\(?[\w.-]{1,40}\)[ \t]+)?(?:[\w.-]{1,64}@[\w.-]{1,64}(?::[^\s$#%>]{0,200})?"
                           r"(?:[ \t]+[^\s$#%>]{1,200})?[ \t]?[$#%>]|PS [A-Za-z]:\\[^>\n]{0,200}>"
                           r"|[\w.-]{1,64}:[^\s$#%>][^\n$#%>]{0,200}?[ \t][\w.-]{1,64}\$"
-                          r"|➜[ \t]+[^\s]{1,200}(?:[ \t]+git:\([^)\n]{1,200}\))?(?:[ \t]+✗)?)[ \t]+(?=\S)")
+                          r"|➜[ \t]+[^\s]{1,200}(?:[ \t]+git:\([^)\n]{1,200}\))?(?:[ \t]+✗)?"
+                          r"|(?:(?:~|\.{0,2}/|[\w.-]{1,64}/)[^\s❯]{0,200}[ \t]+|[a-z0-9_.-]{1,64}[ \t]+)?❯)[ \t]+(?=\S)")
+# A Nerd Font's glyphs (private use characters, as the git branch sign U+E0A0), which such a
+# prompt draws its status with (` main [!?] is 📦 v0.1.0 via 🦀`): see prompt_status_cut().
+_GLYPH_RE = LazyRe(r"[\ue000-\uf8ff]")
 # Secrets: each pattern keeps a harmless prefix (group 1, when it has one) and replaces the
 # secret itself. Blocks first, then tokens known by their prefix, then the classes behind the
 # families without one: a secret-ish key followed by a value (env, JSON, YAML, CLI flag), a
@@ -2206,6 +2210,23 @@ _LS_LONG_RE = LazyRe(r"(?m)^[-dlbcps][rwxsStT-]{9}[@+.]?[ \t]+\d+[ \t]+\S+[ \t]+
 _CHAIN_RE = WordRe(r"[^\W_]+(?:[_.][^\W_]+)*", rf"[^\W_]{_LETTER}*(?:[_.][^\W_]{_LETTER}*)*")
 
 
+def prompt_status_cut(text):
+    """A pasted terminal without the status a Starship or Powerlevel10k prompt draws in Nerd Font
+    glyphs: on a line of its own above `❯ command`, or right of the command after a run of spaces.
+    The state of the shell (branch, versions, timings) is not the work."""
+    lines = text.split("\n")
+    out = []
+    for n, line in enumerate(lines):
+        glyph = _GLYPH_RE.search(line)
+        if glyph:
+            if n + 1 < len(lines) and lines[n + 1].lstrip().startswith("❯"):
+                continue
+            gap = max(line.rfind("   ", 0, glyph.start()), line.rfind("\t", 0, glyph.start()))
+            line = line[:gap].rstrip() if gap > 0 else line
+        out.append(line)
+    return "\n".join(out)
+
+
 def strip_markup(text):
     """Remove IDE/system tags, ANSI escapes and control characters; collapse blank runs. A
     background task's notification is its summary."""
@@ -2492,8 +2513,8 @@ class HeuristicExtractor:
         body = _PREFIX_RE.sub("", text or "").strip()
         if origin == "prompt" and "Last login: " in body:
             body = _LOGIN_BANNER_RE.sub("\n", body).strip() or body
-        if origin == "prompt" and ("@" in body or "PS " in body or "➜" in body or "$ " in body):
-            body = _SHELL_PROMPT_RE.sub("", body)
+        if origin == "prompt" and ("@" in body or "PS " in body or "➜" in body or "$ " in body or "❯" in body):
+            body = _SHELL_PROMPT_RE.sub("", prompt_status_cut(body) if "❯" in body else body)
         if origin == "prompt" and " #" in body:
             body = _ATTACHED_RE.sub("", body).strip() or body
         # A prompt's leading slash commands are the user's routines (/prime, /implement), not its subject.

@@ -241,6 +241,15 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     zsh = ais.EXTRACTOR.extract("base) ➜  golfgod_x_convex git:(main) ✗ npx convex dev\n✖ Error: Unable to finish push",
                                 "prompt")
     assert zsh["title"] == "npx convex dev" and "golfgod_x_convex" not in zsh["topics"]
+    # Starship's or Powerlevel10k's `❯`, with the status it draws in Nerd Font glyphs beside the command or above it.
+    right = ais.EXTRACTOR.extract("~/Projects/erewhon/medianator ❯ cargo run --release        \ue0a0 main [ ~7 ?3] is "
+                                  "📦 v0.1.0 via 🦀 v1.70.0  4s827ms\nerror: failed to select a version for `ort`", "prompt")
+    assert right["title"] == "cargo run --release" and not {"main", "medianator", "v1"} & set(right["topics"]), right
+    above = ais.EXTRACTOR.extract("medianator on \ue0a0 main [!?] is 📦 v0.1.0 via 🦀 v1.89.0\n❯ cargo build\n"
+                                  "error[E0432]: unresolved import `ort::session`", "prompt")
+    assert above["title"] == "cargo build" and "medianator" not in above["topics"], above
+    assert ais.EXTRACTOR.extract("Settings ❯ Privacy: the toggle is gone", "prompt")["title"] == \
+        "Settings ❯ Privacy: the toggle is gone"  # a menu's path, not a prompt
     # Its login banner (macOS Terminal, ssh) neither; a slash command on a line of its own asks of the next.
     banner = ais.EXTRACTOR.extract("Last login: Fri Nov  7 14:25:43 on ttys058\n(base) ➜  gist-console git:(master) ✗ "
                                    "npx convex dev\n✔ Convex functions ready!", "prompt")
