@@ -1761,6 +1761,13 @@ def rewrite_raw_files(store, clean):
 
 
 # ==== 4. Text: noise, redaction, tokens, extraction ====
+# The words a request opens with before it says what it asks ("ok so can you please", "I want you
+# to", "let's", "peux-tu", "¿puedes"): a title cut short shows the request instead (title_shown).
+_REQUEST_LEAD_RE = LazyRe(r"^(?:(?:ok(?:ay)?|so|well|now|alright|hey|hi|yes|bon|alors|vale|bueno|pues|hola)\b[,.!]?\s+"
+                          r"|(?:please|pls|plz|s'il te plaît|s'il vous plaît|por favor)\b[,]?\s+"
+                          r"|(?:can|could|would|will) (?:you|u)(?: please| pls)?\s+|i (?:want|need|would like|'d like|’d like)"
+                          r" (?:you )?to\s+|let'?s\s+|let us\s+|(?:peux|pourrais)-tu\s+|(?:pouvez|pourriez)-vous\s+"
+                          r"|¿?(?:puedes|podrías|podrias)\s+)+", re.I)
 
 # Whole messages that carry no memory worth keeping (en, fr, es).
 ACKNOWLEDGEMENTS = frozenset("""
@@ -4690,7 +4697,7 @@ def mark_replaced(text, stale, lang, ts=None):
 def title_shown(title, limit, stale, lang, cut=cut_text):
     """A thread's title cut to `limit`, led by a mark when it states an instruction a newer rule
     replaced (mark_replaced): a title does not pass an old instruction off as current either."""
-    shown = cut(title, limit)
+    shown = cut(title if len(title) <= limit else _REQUEST_LEAD_RE.sub("", title) or title, limit)
     return tr("title_replaced", lang, title=shown) if stale and mark_replaced(title, stale, lang) != title else shown
 
 
@@ -9363,10 +9370,9 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room, stale=()):
             break
         if t.get("title") and not t.get("tool_title") and not any(repeats(t["title"], x) for x in named):
             named.append(t["title"])
-            title = shorten(t["title"], BRIEF_OTHER_TITLE_CHARS)
+            title = title_shown(t["title"], BRIEF_OTHER_TITLE_CHARS, stale, lang, shorten)
             topics = join_within(telling_topics(t, title, common), BRIEF_OTHER_TOPICS)
-            others.append(tr("brief_other", lang, title=title_shown(t["title"], BRIEF_OTHER_TITLE_CHARS, stale, lang,
-                                                                    shorten), topics=topics).replace(" ()", ""))
+            others.append(tr("brief_other", lang, title=title, topics=topics).replace(" ()", ""))
     others = [tr("brief_others", lang)] + others if others else []
     kept = pack_lines(others, BRIEF_OTHERS_ROOM, cut=False)  # whole lines: what the rest may not take
     budget = room - (sum(len(x) + 1 for x in kept) if len(kept) > 1 else 0)

@@ -711,6 +711,16 @@ def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_wo
     assert lines[2] == "Last: The parser now caches tokens. Next: profile the lexer."  # "Done ✅" says nothing
     assert lines[3].startswith("Resolved: pytest tests/test_parser.py (")  # with its date
     assert lines[4:] == ["Other recent work:", "- login form (validation)"]
+    # A title cut short shows what the request asks, not how it opens.
+    digest["t2"]["title"] = "ok so can you please make the login form accept a pasted one-time code"
+    assert ais.where_work_stopped(hot, digest, [], hb, now, "en", 400)[-1] == \
+        "- make the login form accept a pasted… (validation)"
+    assert ais.title_shown("Peux-tu corriger la validation du formulaire de connexion", 40, (), "fr") == \
+        "corriger la validation du formulaire…"
+    assert ais.title_shown("¿Puedes revisar el flujo de pago con Stripe y PayPal?", 40, (), "es") == \
+        "revisar el flujo de pago con Stripe y…"
+    digest["t2"]["title"] = "can you fix the login form"  # whole: nothing to make room for
+    assert ais.where_work_stopped(hot, digest, [], hb, now, "en", 400)[-1] == "- can you fix the login form (validation)"
 
 
 def test_the_briefing_keeps_room_for_the_other_work_and_cuts_no_path():
