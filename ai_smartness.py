@@ -215,6 +215,8 @@ CANDIDATE_THREADS = 40
 # A prompt with this many topics or fewer continues its session's current thread; a capture's
 # turn is looked for among its session's latest TURN_LOOKBACK messages.
 SHORT_PROMPT_TOPICS, TURN_LOOKBACK = 2, 200
+# Lines of a pasted log a title looks through for its first error.
+TITLE_LOG_LINES = 400
 # Related threads a capture may bridge to.
 BRIDGE_CANDIDATES = 5
 # -- consolidation: a fragment of a task merged into the thread it clearly belongs to --
@@ -1761,6 +1763,12 @@ def rewrite_raw_files(store, clean):
 
 
 # ==== 4. Text: noise, redaction, tokens, extraction ====
+# What starts the lines of a log (a time, Android's `E/flutter (15059):`, `[ERROR:file.cc(40)]`,
+# a level): a prompt that opens with a pasted log is about its first error, not its first line.
+_LOG_LEAD_RE = LazyRe(r"^[ \t]*(?:(?:\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
+                      r"|\[?\d{1,2}:\d\d:\d\d(?:[.,]\d+)?\]?|[VDIWEF]/[\w.$-]{1,64}[ \t]*\([ \t]*\d+\):"
+                      r"|\[[A-Z]{3,8}(?::[^\]\n]{0,200})?\]|(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL):)[ \t]*)+")
+_LOG_ERROR_RE = LazyRe(r"(?:error|exception)s?\b|\b(?:failed|failure|fatal|panic|traceback)\b", re.I)
 # The words a request opens with before it says what it asks ("ok so can you please", "I want you
 # to", "let's", "peux-tu", "¿puedes"): a title cut short shows the request instead (title_shown).
 _REQUEST_LEAD_RE = LazyRe(r"^(?:(?:ok(?:ay)?|so|well|now|alright|hey|hi|yes|bon|alors|vale|bueno|pues|hola)\b[,.!]?\s+"
@@ -2538,6 +2546,9 @@ class HeuristicExtractor:
         lead = _LEADING_COMMANDS_RE.match(body) if origin == "prompt" and body.startswith("/") else None
         if lead and "\n" in lead.group():  # "/sc:troubleshoot" on a line of its own asks of the next
             body = " ".join(lead.group().split()) + " " + body[lead.end():]
+        if origin == "prompt" and body[:1] in "0123456789[VDIWEF \t" and _LOG_LEAD_RE.match(body):
+            lines = body.split("\n", TITLE_LOG_LINES)[:TITLE_LOG_LINES]
+            body = _LOG_LEAD_RE.sub("", next((x for x in lines if _LOG_ERROR_RE.search(x)), lines[0]), count=1)
         sentences = re.split(r"(?<=[.!?])\s|\n", body.strip(), maxsplit=4) if body else [""]
         # A word of three letters or fewer alone ("ble." where a paste starts mid-word) names nothing.
         first = next((x for x in sentences if not is_noise(x) and len(re.findall(r"\w", x)) > 3), sentences[0])

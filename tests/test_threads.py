@@ -250,6 +250,18 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     assert above["title"] == "cargo build" and "medianator" not in above["topics"], above
     assert ais.EXTRACTOR.extract("Settings ❯ Privacy: the toggle is gone", "prompt")["title"] == \
         "Settings ❯ Privacy: the toggle is gone"  # a menu's path, not a prompt
+    # A pasted log is about its first error, not its first line, nor the time and tag each line opens with.
+    vercel = ais.EXTRACTOR.extract("21:07:51.289 Running build in Washington, D.C., USA (East) – iad1\n"
+                                   "21:07:51.290 Build machine configuration: 2 cores\n21:08:21.371 Failed to compile.\n"
+                                   "21:08:21.373 Type error: Type 'NextResponse' is not assignable", "prompt")
+    assert vercel["title"] == "Failed to compile.", vercel
+    logcat = ais.EXTRACTOR.extract("E/flutter (15059): [ERROR:flutter/runtime/dart_vm_initializer.cc(40)] Unhandled "
+                                   "Exception: PlatformException(error, just_audio_background)", "prompt")
+    assert logcat["title"].startswith("Unhandled Exception: PlatformException"), logcat
+    assert ais.EXTRACTOR.extract("2024-05-01T10:00:00Z app listening\n2024-05-01T10:00:02Z TypeError: x is undefined",
+                                 "prompt")["title"] == "TypeError: x is undefined"
+    assert ais.EXTRACTOR.extract("ERROR handling in the parser is wrong", "prompt")["title"] == \
+        "ERROR handling in the parser is wrong"  # a word of the request, not a log's level
     # Its login banner (macOS Terminal, ssh) neither; a slash command on a line of its own asks of the next.
     banner = ais.EXTRACTOR.extract("Last login: Fri Nov  7 14:25:43 on ttys058\n(base) ➜  gist-console git:(master) ✗ "
                                    "npx convex dev\n✔ Convex functions ready!", "prompt")
