@@ -3031,12 +3031,14 @@ _FENCED_RE = LazyRe(r"(?s)```.*?(?:```|\Z)")  # a code block: code, no sentence
 
 def sentences_of(text):
     """An answer's sentences and lines, without its code blocks (unless it opens with one: a
-    command's output shown as the answer) and tables and the marks and emoji around them."""
+    command's output shown as the answer) and tables and the marks and emoji around them, nor
+    the agreement or apology before what a sentence says (_AGREE_RE)."""
     text = _NUMBERED_RE.sub("", _TABLE_ROW_RE.sub("", text or ""))
     text = text.replace("```", "\n") if text.lstrip().startswith("```") else _FENCED_RE.sub("\n", text)
     out = (_EDGES_RE.sub("", x.replace("**", "")) for x in re.split(r"(?<=[.!?])\s+|\n+", text))
     # A rule of box-drawing characters around a word ("`★ Insight ─────`") is decoration.
-    return [x for x in out if x and 3 * sum(map(str.isalnum, x)) >= len(x)]
+    out = [x for x in out if x and 3 * sum(map(str.isalnum, x)) >= len(x)]
+    return [x[m.end()].upper() + x[m.end() + 1:] if (m := _AGREE_RE.match(x)) and m.end() < len(x) else x for x in out]
 
 
 def resolution_of(text):
@@ -3063,6 +3065,12 @@ _OPEN_RE = LazyRe(r"\?\s*$|\b(todo|to do|open question|next step|not yet|remaini
 # A sentence that announces what the agent is about to do ("Let me summarize…"): no conclusion.
 _PLAN_RE = LazyRe(r"(?:(?:now|ok|okay|alright|maintenant|ahora)[,!.]?\s+)?(?:let me|let's|i'll|i will|je vais|"
                   r"laisse-moi|voy a|déjame|dejame)\b", re.I)
+# The agreement or apology an answer may open with ("You're absolutely right -", "Good catch!",
+# "I apologize for the confusion.", "Tienes razón"): it tells what the user said, not what was done.
+_AGREE_RE = LazyRe(r"(?:you(?:'re|’re| are) (?:absolutely |completely |totally |quite )?(?:right|correct)|"
+                   r"(?:good|great|excellent) (?:catch|point|question)s?|i apologi[sz]e(?: for [^.!?,;\n]{0,80})?|"
+                   r"sorry(?: for [^.!?,;\n]{0,80})?|tienes (?:toda la )?raz[oó]n|(?:vous avez|tu as) (?:tout à fait )?raison|"
+                   r"bonne (?:question|remarque)|buena pregunta)\b[ \t]*(?:[,.!:;—–-][ \t]*)*", re.I)
 # A short sentence that only leads into the list or summary below it ("Here's the full summary:",
 # "Changes Made", "What was done"): the list says what was done, the lead-in does not.
 _LEADIN_RE = LazyRe(r"(?:here(?:'s|’s| is| are)|below is|(?:a |the )?(?:full |quick |brief )?summary|overview|"
@@ -3080,13 +3088,15 @@ def leads_in(sentence):
 
 def conclusion_of(text, fill=0):
     """What an answer concluded: its first sentences (a first word alone, "Perfect!", "Done ✅",
-    says nothing, nor a sentence announcing what comes next: "Let me summarize.", nor one that
+    says nothing, nor "You're absolutely right", nor a sentence announcing what comes next: "Let
+    me summarize.", nor one that
     leads into a list: "Here's the summary:"), the sentences after them while the whole stays
     within `fill` characters (a briefing with room to spare), and the sentences on what is next
     or left."""
     sentences = sentences_of(text)
     start = 0
-    while start < len(sentences) - 1 and (len(sentences[start].split()) == 1 or _PLAN_RE.match(sentences[start])):
+    while start < len(sentences) - 1 and (len(sentences[start].split()) == 1 or _PLAN_RE.match(sentences[start])
+                                          or _AGREE_RE.fullmatch(sentences[start])):
         start += 1
     sentences = sentences[start:]
     sentences = [x for x in sentences if not leads_in(x)] or sentences

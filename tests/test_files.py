@@ -819,6 +819,16 @@ def test_a_conclusion_skips_cheers_and_announcements():
     text = "Perfect! Let me create a summary of the completed work.\n\n## ✅ Checkout fixed\nThe cart survives a reload."
     assert ais.conclusion_of(text) == "Checkout fixed. The cart survives a reload."
     assert ais.conclusion_of("Let me check.") == "Let me check."  # nothing else to say
+    # Agreeing with the user or apologising says what the user said, not what was done.
+    assert ais.conclusion_of("You're absolutely right! I apologize for the confusion. Column B stays PROVIDER_TYPE.") \
+        == "Column B stays PROVIDER_TYPE."
+    assert ais.conclusion_of("You're right - the payments API exists but has no UI yet. Let me check.") == \
+        "The payments API exists but has no UI yet."
+    assert ais.conclusion_of("Sorry for the delay, the export now streams rows.") == "The export now streams rows."
+    assert ais.conclusion_of("Vous avez raison : le cache était vidé à chaque requête.") == \
+        "Le cache était vidé à chaque requête."
+    assert ais.conclusion_of("Tienes razón, el botón estaba fuera del formulario.") == "El botón estaba fuera del formulario."
+    assert ais.conclusion_of("You are correct.") == "You are correct."  # nothing else to say
 
 
 def test_a_conclusion_skips_the_lead_in_to_its_list():

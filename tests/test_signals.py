@@ -65,6 +65,8 @@ def test_a_short_outcome_comes_with_what_follows_and_a_lead_in_is_none():
     assert ai.resolution_of("✅ **Fixed carousel restart bug** in the widget") == "Fixed carousel restart bug in the widget"
     for text in ("How it works now:\n- the cache", "Let me summarise what was fixed:", "Voy a dejarlo arreglado."):
         assert ai.resolution_of(text) == "", text
+    assert ai.resolution_of("You're right, it's fixed now: the token refresh ran twice.") == \
+        "It's fixed now: the token refresh ran twice."  # what was fixed, not the agreement before it
 
 
 def test_a_real_answer_that_reports_a_fix_is_recognised():
