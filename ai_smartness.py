@@ -3025,15 +3025,48 @@ _IF_RE = LazyRe(r"\b(?:if|unless|once|when|whether|until|should|would|could|migh
 # (a colon stays: "The timeout is caused by:" leads into what follows).
 _EDGES_RE = LazyRe(r"""^(?:[^\w"'(\[`]|_)+|(?:[^\w.!?:)"'\]`]|_)+$""")
 _NUMBERED_RE = LazyRe(r"(?m)^[ \t]*(?:#+[ \t]*)?\d{1,3}[.)][ \t]+")  # "1. Large files": no sentence "1."
-_TABLE_ROW_RE = LazyRe(r"(?m)^[ \t]*\|.*$")  # "| Service | URL |": cells, no sentence
+_TABLE_RE = LazyRe(r"(?m)(?:^[ \t]*\|.*(?:\n|\Z))+")  # a markdown table: its run of "| … |" lines
+_TABLE_RULE_RE = LazyRe(r"[ \t|:-]*-[ \t|:-]*")  # "|---|:--:|": the line under a table's header
+# The text before a table read for the line that leads into it (a bound: an answer of many tables).
+TABLE_LEAD_CHARS = 300
 _FENCED_RE = LazyRe(r"(?s)```.*?(?:```|\Z)")  # a code block: code, no sentence
+
+
+def table_rows(text):
+    """`text` with each markdown table as a line a row ("Frontend (Vite) — http://localhost:3052"),
+    its header and empty or emoji-only cells left out. Where the line before the table leads
+    into it and says something itself ("Both servers are now running:"), the rows stay there;
+    else they come after the rest ("Here's the tradeoff:", a heading): the answer's own
+    sentences (the recommendation after a comparison) go first."""
+    moved = []
+
+    def rows(m):
+        lines = m.group().rstrip("\n").split("\n")
+        body = lines[2:] if len(lines) > 1 and _TABLE_RULE_RE.fullmatch(lines[1]) else lines
+        out = []
+        for line in body:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            cells = [c for c in cells if any(map(str.isalnum, c))]
+            if cells:
+                out.append(cells[0] + (" — " + ", ".join(cells[1:]) if len(cells) > 1 else ""))
+        before = m.string[max(0, m.start() - TABLE_LEAD_CHARS):m.start()].rstrip().rpartition("\n")[2]
+        before = before.replace("**", "")
+        last = re.split(r"(?<=[.!?])\s+", _EDGES_RE.sub("", before))[-1]
+        if before.endswith(":") and not leads_in(last):
+            return "\n".join(out) + "\n"
+        moved.extend(out)
+        return "\n"
+
+    text = _TABLE_RE.sub(rows, text)
+    return "\n".join([text, *moved]) if moved else text
 
 
 def sentences_of(text):
     """An answer's sentences and lines, without its code blocks (unless it opens with one: a
-    command's output shown as the answer) and tables and the marks and emoji around them, nor
-    the agreement or apology before what a sentence says (_AGREE_RE)."""
-    text = _NUMBERED_RE.sub("", _TABLE_ROW_RE.sub("", text or ""))
+    command's output shown as the answer) and the marks and emoji around them, nor the
+    agreement or apology before what a sentence says (_AGREE_RE); a table's rows (table_rows)."""
+    text = text or ""
+    text = _NUMBERED_RE.sub("", table_rows(text) if "|" in text else text)
     text = text.replace("```", "\n") if text.lstrip().startswith("```") else _FENCED_RE.sub("\n", text)
     out = (_EDGES_RE.sub("", x.replace("**", "")) for x in re.split(r"(?<=[.!?])\s+|\n+", text))
     # A rule of box-drawing characters around a word ("`★ Insight ─────`") is decoration.

@@ -849,8 +849,18 @@ def test_a_conclusion_reads_through_list_numbers_and_tables():
     assert ais.conclusion_of(text) == \
         "The timeout error is likely caused by: Large Excel files - saving 4-7 MB with openpyxl takes long."
     assert ais.conclusion_of("Changes:\n\n1) Added retries.\n2) Logged failures.") == "Added retries. Logged failures."
-    table = "Both servers are now running.\n\n| Service | URL |\n|---|---|\n| API | http://localhost:3000 |\n\nNext: seed"
-    assert ais.conclusion_of(table) == "Both servers are now running. Next: seed."
+    # A table's rows say what the sentence leading into it announced: a row a line, no header.
+    table = "Both servers are now running:\n\n| Service | URL |\n|---|---|\n| **API** | http://localhost:3000 |\n" \
+            "| Web (Vite) | http://localhost:5173 |\n\nThe API reads .env.local."
+    assert ais.conclusion_of(table) == "Both servers are now running: API — http://localhost:3000."
+    assert ais.conclusion_of(table, 200) == "Both servers are now running: API — http://localhost:3000. " \
+                                            "Web (Vite) — http://localhost:5173. The API reads .env.local."
+    # After a lead-in or a heading, the answer's own sentences come first; cells of a mark only go.
+    compared = ("Here's the tradeoff:\n\n| Factor | WASM | Cloud |\n|--|--|--|\n| Offline | Yes | No |\n\n"
+                "My recommendation: start with the cloud eval.")
+    assert ais.conclusion_of(compared) == "My recommendation: start with the cloud eval."
+    assert ais.conclusion_of("Done.\n\n## Files\n| | File | Change |\n|---|---|---|\n| ✅ | `a.py` | retries |") == \
+        "`a.py` — retries."
     fenced = "The skill is complete.\n```\n.claude/skills/teamwork/\n```\nRun it with /teamwork."
     assert ais.conclusion_of(fenced, 200) == "The skill is complete. Run it with /teamwork."
     insight = "Fix complete. Three changes made:\n\n`★ Insight ─────────────────────`\nThe root cause was the prompt."
