@@ -2215,6 +2215,24 @@ def url_words(match):
     return " ".join(["", site, *last, ""])
 
 
+# An issue or a pull request of a forge (GitHub, GitLab, Gitea) by its link's path: repo#377.
+_FORGE_ITEM_RE = LazyRe(r"([^/]+)/(?:-/)?(?:issues|pulls?|merge_requests)/(\d+)(?:/[a-z]+)?/?$")
+
+
+def url_shown(match):
+    """A link as a title shows it (links_shown): "attio-mcp-server#377" for an issue or a pull
+    request, else its host and path, without the scheme, "www.", a query or a fragment."""
+    item = _FORGE_ITEM_RE.search(match.group(2))
+    host = match.group(1).rsplit("@", 1)[-1]
+    shown = item.group(1) + "#" + item.group(2) if item else \
+        (host[4:] if host.startswith("www.") else host) + match.group(2).rstrip("/")
+    return shown + re.search(r"[.,;:!)\]'\"]*$", match.group()).group()
+
+
+def links_shown(text):
+    return _URL_RE.sub(url_shown, text) if "://" in text else text
+
+
 _PART_RE = WordRe(r"[^\W_]+", rf"[^\W_]{_LETTER}*")
 # The columns of an `ls -l` line before the name (mode, links, owner, group, size, date): the
 # owner would be a topic of every listing.
@@ -2549,7 +2567,7 @@ class HeuristicExtractor:
         if origin == "prompt" and body[:1] in "0123456789[VDIWEF \t" and _LOG_LEAD_RE.match(body):
             lines = body.split("\n", TITLE_LOG_LINES)[:TITLE_LOG_LINES]
             body = _LOG_LEAD_RE.sub("", next((x for x in lines if _LOG_ERROR_RE.search(x)), lines[0]), count=1)
-        sentences = re.split(r"(?<=[.!?])\s|\n", body.strip(), maxsplit=4) if body else [""]
+        sentences = re.split(r"(?<=[.!?])\s|\n", links_shown(body.strip()), maxsplit=4) if body else [""]
         # A word of three letters or fewer alone ("ble." where a paste starts mid-word) names nothing.
         first = next((x for x in sentences if not is_noise(x) and len(re.findall(r"\w", x)) > 3), sentences[0])
         first = re.sub(r"^[-*•][ \t]+(?=\S)", "", first)  # a list's first item: its words, not its bullet
@@ -4751,7 +4769,7 @@ def mark_replaced(text, stale, lang, ts=None):
 def title_shown(title, limit, stale, lang, cut=cut_text):
     """A thread's title cut to `limit`, led by a mark when it states an instruction a newer rule
     replaced (mark_replaced): a title does not pass an old instruction off as current either."""
-    shown = cut(title if len(title) <= limit else _REQUEST_LEAD_RE.sub("", title) or title, limit)
+    shown = cut(title if len(title) <= limit else _REQUEST_LEAD_RE.sub("", links_shown(title)) or title, limit)
     return tr("title_replaced", lang, title=shown) if stale and mark_replaced(title, stale, lang) != title else shown
 
 

@@ -719,6 +719,8 @@ def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_wo
         "corriger la validation du formulaire…"
     assert ais.title_shown("¿Puedes revisar el flujo de pago con Stripe y PayPal?", 40, (), "es") == \
         "revisar el flujo de pago con Stripe y…"
+    assert ais.title_shown("review https://github.com/acme/shop/pull/401#issuecomment-3164 and merge it", 40, (),
+                           "en") == "review shop#401 and merge it"
     digest["t2"]["title"] = "can you fix the login form"  # whole: nothing to make room for
     assert ais.where_work_stopped(hot, digest, [], hb, now, "en", 400)[-1] == "- can you fix the login form (validation)"
 

@@ -297,8 +297,15 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     assert ais.EXTRACTOR.extract("why is C:\\app\\logs\\run.json empty? see src/app/api/route.ts",
                                  "prompt")["title"] == "why is run.json empty?"
     assert ais.EXTRACTOR.extract("see src/app/api/route.ts", "prompt")["title"] == "see src/app/api/route.ts"
+    # A link by what it names: an issue or a pull request as repo#N, else its host and path.
     assert ais.EXTRACTOR.extract("can you read https://github.com/a16z-infra/ai-town/issues/227", "prompt")[
-        "title"] == "can you read https://github.com/a16z-infra/ai-town/issues/227"
+        "title"] == "can you read ai-town#227"
+    assert ais.EXTRACTOR.extract("as per https://github.com/kesslerio/attio-mcp/issues/377#issuecomment-31576 take "
+                                 "Phase 2 to a PR", "prompt")["title"] == "as per attio-mcp#377 take Phase 2 to a PR"
+    assert ais.EXTRACTOR.extract("review https://gitlab.com/acme/web/app/-/merge_requests/12/diffs, then merge",
+                                 "prompt")["title"] == "review app#12, then merge"
+    assert ais.EXTRACTOR.extract("Still slow, https://www.shop.example/course?ref=nav takes 3 s to load", "prompt")[
+        "title"] == "Still slow, shop.example/course takes 3 s to load"
     # A line typed on several ends with a backslash; a contraction is no topic.
     assert ais.EXTRACTOR.extract("Can't deploy on Vercel?\\\n\\\n21:07 Running build", "prompt")["title"] == \
         "Can't deploy on Vercel?"
