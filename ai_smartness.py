@@ -1803,9 +1803,10 @@ _MARKUP_RE = LazyRe(
 _TASK_NOTE_RE = LazyRe(r"<task-notification>(?:[^<]|<(?!summary>|task-notification>))*<summary>([^<]*)</summary>"
                        r"(?:[^<]|<(?!/?task-notification>))*</task-notification>")
 # What Claude Code writes as the assistant's message when the turn failed ("API Error: 529 …",
-# "Prompt is too long"): the client's error, not the agent's answer or conclusion.
+# "Prompt is too long") or gave nothing ("No response requested."): the client's, not the agent's
+# answer or conclusion.
 _CLIENT_ERROR_RE = LazyRe(r"\s*(?:API Error\b|Prompt is too long\b|Credit balance is too low\b|Invalid API key\b|"
-                          r"Claude AI usage limit reached\b)")
+                          r"Claude AI usage limit reached\b|No response requested\.?\s*\Z)")
 _CONTROL_RE = LazyRe(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")  # surrogates: not UTF-8
 _PREFIX_RE = LazyRe(r"^\s*(?:message|user|prompt|human|assistant|question|q)\s*:\s*", re.I)
 # A slash command (`/prime`, `/commit`, `/sc:review src`): however short, it names a procedure
@@ -3116,12 +3117,17 @@ _OPEN_RE = LazyRe(r"\?\s*$|\b(todo|to do|open question|next step|not yet|remaini
 # A sentence that announces what the agent is about to do ("Let me summarize…"): no conclusion.
 _PLAN_RE = LazyRe(r"(?:(?:now|ok|okay|alright|maintenant|ahora)[,!.]?\s+)?(?:let me|let's|i'll|i will|je vais|"
                   r"laisse-moi|voy a|déjame|dejame)\b", re.I)
-# The agreement or apology an answer may open with ("You're absolutely right -", "Good catch!",
-# "I apologize for the confusion.", "Tienes razón"): it tells what the user said, not what was done.
+# The agreement, apology or realisation an answer may open with ("You're absolutely right -", "Good
+# catch!", "I apologize for the confusion.", "Now I understand the system.", "Tienes razón"): it tells
+# what the user said or what the agent saw, not what was done.
 _AGREE_RE = LazyRe(r"(?:you(?:'re|’re| are) (?:absolutely |completely |totally |quite )?(?:right|correct)|"
                    r"(?:good|great|excellent) (?:catch|point|question)s?|i apologi[sz]e(?: for [^.!?,;\n]{0,80})?|"
                    r"sorry(?: for [^.!?,;\n]{0,80})?|tienes (?:toda la )?raz[oó]n|(?:vous avez|tu as) (?:tout à fait )?raison|"
-                   r"bonne (?:question|remarque)|buena pregunta)\b[ \t]*(?:[,.!:;—–-][ \t]*)*", re.I)
+                   r"bonne (?:question|remarque)|buena pregunta|"
+                   r"(?:(?:now,? )?i (?:understand|(?:can )?see|get it|have (?:a |the )?(?:full|complete|clear(?:er)?|whole) "
+                   r"(?:picture|understanding))(?: (?:the|this|what|how|why) \w+(?: \w+)?)?(?: clearly| now)?|"
+                   r"(?:maintenant,? )?je (?:comprends|vois) (?:mieux|maintenant)|ahora (?:entiendo|lo veo)(?: mejor)?)"
+                   r"(?=[ \t]*[.!:]))\b[ \t]*(?:[,.!:;—–-][ \t]*)*", re.I)
 # A short sentence that only leads into the list or summary below it ("Here's the full summary:",
 # "Changes Made", "What was done"): the list says what was done, the lead-in does not.
 _LEADIN_RE = LazyRe(r"(?:here(?:'s|’s| is| are)|below is|(?:a |the )?(?:full |quick |brief )?summary|overview|"

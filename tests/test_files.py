@@ -831,6 +831,15 @@ def test_a_conclusion_skips_cheers_and_announcements():
         "Le cache était vidé à chaque requête."
     assert ais.conclusion_of("Tienes razón, el botón estaba fuera del formulario.") == "El botón estaba fuera del formulario."
     assert ais.conclusion_of("You are correct.") == "You are correct."  # nothing else to say
+    # Nor does the agent saying it now understands: what it found does.
+    assert ais.conclusion_of("Now I have the full picture. The extension reads .env.local at runtime.") == \
+        "The extension reads .env.local at runtime."
+    assert ais.conclusion_of("Now I can see the problem clearly: the worker never flushes.") == "The worker never flushes."
+    assert ais.conclusion_of("Ahora entiendo. El caché nunca se vaciaba.") == "El caché nunca se vaciaba."
+    assert ais.conclusion_of("Je comprends mieux : le cache n'était jamais vidé.") == "Le cache n'était jamais vidé."
+    # A finding said with "I see" is kept.
+    assert ais.conclusion_of("I see the download already uses the MarkUpGo API.") == \
+        "I see the download already uses the MarkUpGo API."
 
 
 def test_a_conclusion_skips_the_lead_in_to_its_list():

@@ -524,15 +524,16 @@ def test_stop_captures_the_last_message_and_beats(proj):
 
 
 def test_a_turn_that_failed_on_the_api_leaves_the_last_conclusion(proj):
-    """Claude Code writes "API Error: …" as the assistant's message of a failed turn: the
-    client's error is neither memory nor the state of the work."""
+    """Claude Code writes "API Error: …" as the assistant's message of a failed turn, "No
+    response requested." of a turn that gave nothing: the client's words are neither memory
+    nor the state of the work."""
     run("stop", stop_payload("The exporter now streams rows in batches of 500 to cut memory use."), proj)
     for error in ('API Error: 400 {"type":"error","error":{"type":"invalid_request_error"}}',
-                  "API Error: Request timed out.", "Prompt is too long"):
+                  "API Error: Request timed out.", "Prompt is too long", "No response requested."):
         assert run("stop", stop_payload(error), proj) == ""
-    assert heartbeat(proj)["beats"] == 4
+    assert heartbeat(proj)["beats"] == 5
     assert heartbeat(proj)["last_conclusion"].startswith("The exporter now streams rows")
-    assert not [m for m in messages(proj) if "API Error" in m or "too long" in m]
+    assert not [m for m in messages(proj) if "API Error" in m or "too long" in m or "requested" in m]
 
 
 def test_stop_reads_the_transcript_when_the_message_is_absent(proj, tmp_path):
