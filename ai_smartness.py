@@ -217,6 +217,8 @@ CANDIDATE_THREADS = 40
 SHORT_PROMPT_TOPICS, TURN_LOOKBACK = 2, 200
 # Lines of a pasted log a title looks through for its first error.
 TITLE_LOG_LINES = 400
+# A prompt's first line shorter than this that ends with ":" leads into what it pastes.
+TITLE_LEAD_CHARS = 60
 # Related threads a capture may bridge to.
 BRIDGE_CANDIDATES = 5
 # -- consolidation: a fragment of a task merged into the thread it clearly belongs to --
@@ -2537,6 +2539,18 @@ def concepts_of(weights):
     return out
 
 
+_LIST_MARK_RE = LazyRe(r"^(?:[-*•]|\d{1,3}[.)])[ \t]+(?=\S)")  # "- ", "* ", "1. ", "2) "
+
+
+def log_error_line(text):
+    """The first error line of `text` without its time or level when `text` opens with log lines
+    (a time, Android's `E/flutter (15059):`, `[ERROR:…]`, `LEVEL:`; else the first line), or ""."""
+    if text[:1] not in "0123456789[VDIWEF \t" or not _LOG_LEAD_RE.match(text):
+        return ""
+    lines = text.split("\n", TITLE_LOG_LINES)[:TITLE_LOG_LINES]
+    return _LOG_LEAD_RE.sub("", next((x for x in lines if _LOG_ERROR_RE.search(x)), lines[0]), count=1)
+
+
 class HeuristicExtractor:
     """Title, topics and summary without an LLM. An LLM-backed extractor only needs the same
     `extract(text, origin, file_path)` method returning the same three keys."""
@@ -2565,13 +2579,17 @@ class HeuristicExtractor:
         lead = _LEADING_COMMANDS_RE.match(body) if origin == "prompt" and body.startswith("/") else None
         if lead and "\n" in lead.group():  # "/sc:troubleshoot" on a line of its own asks of the next
             body = " ".join(lead.group().split()) + " " + body[lead.end():]
-        if origin == "prompt" and body[:1] in "0123456789[VDIWEF \t" and _LOG_LEAD_RE.match(body):
-            lines = body.split("\n", TITLE_LOG_LINES)[:TITLE_LOG_LINES]
-            body = _LOG_LEAD_RE.sub("", next((x for x in lines if _LOG_ERROR_RE.search(x)), lines[0]), count=1)
+        if origin == "prompt":
+            body = log_error_line(body) or body
         sentences = re.split(r"(?<=[.!?])\s|\n", links_shown(body.strip()), maxsplit=4) if body else [""]
         # A word of three letters or fewer alone ("ble." where a paste starts mid-word) names nothing.
         first = next((x for x in sentences if not is_noise(x) and len(re.findall(r"\w", x)) > 3), sentences[0])
-        first = re.sub(r"^[-*•][ \t]+(?=\S)", "", first)  # a list's first item: its words, not its bullet
+        if origin == "prompt" and first.rstrip(" \\").endswith(":") and len(first) < TITLE_LEAD_CHARS:
+            # "Getting this error:" says what follows: the pasted text's first line, or its first error.
+            rest = links_shown(body.strip()).split(first, 1)[-1].lstrip(" \t\\\n")
+            rest = log_error_line(rest) or rest.split("\n", 1)[0]
+            first = first.rstrip(" \\") + " " + _LIST_MARK_RE.sub("", rest.strip(" \t\\"))
+        first = _LIST_MARK_RE.sub("", first, count=1)  # a list's first item: its words, not its bullet
         if file_path and origin in ("file_read", "file_write"):
             verb = first.split(" ", 1)[0] if first.split(" ", 1)[0] in ("Read", "Wrote", "Edited") else ""
             first = (verb + " " if verb else "") + os.path.basename(file_path.rstrip("/\\"))

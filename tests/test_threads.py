@@ -262,6 +262,14 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
                                  "prompt")["title"] == "TypeError: x is undefined"
     assert ais.EXTRACTOR.extract("ERROR handling in the parser is wrong", "prompt")["title"] == \
         "ERROR handling in the parser is wrong"  # a word of the request, not a log's level
+    # A first line that leads into a paste ("Getting this error:") is titled with what it pastes.
+    assert ais.EXTRACTOR.extract("Getting this error messaging:\n\nCould not load the library\n\nPostgrestException(",
+                                 "prompt")["title"] == "Getting this error messaging: Could not load the library"
+    assert ais.EXTRACTOR.extract("Still failing on Vercel:\\\n17:03:19.090 Running build\n17:03:49.112 Error: Command "
+                                 "\"npm run build\" exited with 1", "prompt")["title"] == \
+        'Still failing on Vercel: Error: Command "npm run build" exited with 1'
+    assert ais.EXTRACTOR.extract("launch an agent team on:\n\n  1. Fix the auth strategy\n  2. Wire the resolver",
+                                 "prompt")["title"] == "launch an agent team on: Fix the auth strategy"
     # Its login banner (macOS Terminal, ssh) neither; a slash command on a line of its own asks of the next.
     banner = ais.EXTRACTOR.extract("Last login: Fri Nov  7 14:25:43 on ttys058\n(base) ➜  gist-console git:(master) ✗ "
                                    "npx convex dev\n✔ Convex functions ready!", "prompt")
