@@ -217,6 +217,8 @@ CANDIDATE_THREADS = 40
 SHORT_PROMPT_TOPICS, TURN_LOOKBACK = 2, 200
 # Lines of a pasted log a title looks through for its first error.
 TITLE_LOG_LINES = 400
+# Sentences of a prompt the title looks through for one with a topic, and the characters of each read.
+TITLE_SENTENCES, TITLE_TOPIC_CHARS = 3, 200
 # A prompt's first line shorter than this that ends with ":" leads into what it pastes.
 TITLE_LEAD_CHARS = 60
 # Related threads a capture may bridge to.
@@ -2583,7 +2585,14 @@ class HeuristicExtractor:
             body = log_error_line(body) or body
         sentences = re.split(r"(?<=[.!?])\s|\n", links_shown(body.strip()), maxsplit=4) if body else [""]
         # A word of three letters or fewer alone ("ble." where a paste starts mid-word) names nothing.
-        first = next((x for x in sentences if not is_noise(x) and len(re.findall(r"\w", x)) > 3), sentences[0])
+        said = [x for x in sentences if not is_noise(x) and len(re.findall(r"\w", x)) > 3] or sentences[:1]
+        first = said[0]
+        if origin == "prompt" and len(said) > 1 and not first.rstrip(" \\").endswith(":") \
+                and not HeuristicExtractor.topics(first[:TITLE_TOPIC_CHARS], limit=1):
+            # A reply before the request ("Still not working.", "yes there might have been.") names
+            # no work: the next sentence that names some (two topics) does.
+            first = next((x for x in said[1:TITLE_SENTENCES]
+                          if len(HeuristicExtractor.topics(x[:TITLE_TOPIC_CHARS], limit=2)) == 2), first)
         if origin == "prompt" and first.rstrip(" \\").endswith(":") and len(first) < TITLE_LEAD_CHARS:
             # "Getting this error:" says what follows: the pasted text's first line, or its first error.
             rest = links_shown(body.strip()).split(first, 1)[-1].lstrip(" \t\\\n")
@@ -3142,8 +3151,9 @@ _AGREE_RE = LazyRe(r"(?:you(?:'re|’re| are) (?:absolutely |completely |totally
                    r"(?:good|great|excellent) (?:catch|point|question)s?|i apologi[sz]e(?: for [^.!?,;\n]{0,80})?|"
                    r"sorry(?: for [^.!?,;\n]{0,80})?|tienes (?:toda la )?raz[oó]n|(?:vous avez|tu as) (?:tout à fait )?raison|"
                    r"bonne (?:question|remarque)|buena pregunta|"
-                   r"(?:(?:now,? )?i (?:understand|(?:can )?see|get it|have (?:a |the )?(?:full|complete|clear(?:er)?|whole) "
-                   r"(?:picture|understanding))(?: (?:the|this|what|how|why) \w+(?: \w+)?)?(?: clearly| now)?|"
+                   r"(?:(?:now,? )?i (?:understand|(?:can )?see|get it|"
+                   r"have (?:a |the )?(?:full|complete|clear(?:er)?|whole) (?:picture|understanding))"
+                   r"(?: (?:the|this|what|how|why) \w+(?: \w+)?)?(?: clearly| now)?|"
                    r"(?:maintenant,? )?je (?:comprends|vois) (?:mieux|maintenant)|ahora (?:entiendo|lo veo)(?: mejor)?)"
                    r"(?=[ \t]*[.!:]))\b[ \t]*(?:[,.!:;—–-][ \t]*)*", re.I)
 # A short sentence that only leads into the list or summary below it ("Here's the full summary:",

@@ -262,6 +262,10 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
                                  "prompt")["title"] == "TypeError: x is undefined"
     assert ais.EXTRACTOR.extract("ERROR handling in the parser is wrong", "prompt")["title"] == \
         "ERROR handling in the parser is wrong"  # a word of the request, not a log's level
+    # A reply before the request names no work; the request does.
+    assert ais.EXTRACTOR.extract("Still not working. Can you use the Supabase MCP to check the signup webhook?",
+                                 "prompt")["title"] == "Can you use the Supabase MCP to check the signup webhook?"
+    assert ais.EXTRACTOR.extract("sounds great! proceed", "prompt")["title"] == "sounds great!"  # nothing else to say
     # A first line that leads into a paste ("Getting this error:") is titled with what it pastes.
     assert ais.EXTRACTOR.extract("Getting this error messaging:\n\nCould not load the library\n\nPostgrestException(",
                                  "prompt")["title"] == "Getting this error messaging: Could not load the library"
