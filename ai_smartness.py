@@ -2227,7 +2227,7 @@ _FORGE_ITEM_RE = LazyRe(r"([^/]+)/(?:-/)?(?:issues|pulls?|merge_requests)/(\d+)(
 def url_shown(match):
     """A link as a title shows it (links_shown): "attio-mcp-server#377" for an issue or a pull
     request, else its host and path, without the scheme, "www.", a query or a fragment."""
-    item = _FORGE_ITEM_RE.search(match.group(2))
+    item = _FORGE_ITEM_RE.search(match.group(2)[-200:])  # its tail: a search over the whole is quadratic
     host = match.group(1).rsplit("@", 1)[-1]
     shown = item.group(1) + "#" + item.group(2) if item else \
         (host[4:] if host.startswith("www.") else host) + match.group(2).rstrip("/")
@@ -3072,7 +3072,7 @@ _IF_RE = LazyRe(r"\b(?:if|unless|once|when|whether|until|should|would|could|migh
 _EDGES_RE = LazyRe(r"""^(?:[^\w"'(\[`]|_)+|(?:[^\w.!?:)"'\]`]|_)+$""")
 _NUMBERED_RE = LazyRe(r"(?m)^[ \t]*(?:#+[ \t]*)?\d{1,3}[.)][ \t]+")  # "1. Large files": no sentence "1."
 _TABLE_RE = LazyRe(r"(?m)(?:^[ \t]*\|.*(?:\n|\Z))+")  # a markdown table: its run of "| … |" lines
-_TABLE_RULE_RE = LazyRe(r"[ \t|:-]*-[ \t|:-]*")  # "|---|:--:|": the line under a table's header
+_TABLE_RULE_RE = LazyRe(r"[ \t|:]*-[ \t|:-]*")  # "|---|:--:|": the line under a table's header
 # The text before a table read for the line that leads into it (a bound: an answer of many tables).
 TABLE_LEAD_CHARS = 300
 _FENCED_RE = LazyRe(r"(?s)```.*?(?:```|\Z)")  # a code block: code, no sentence

@@ -238,6 +238,26 @@ def test_a_url_gives_its_site_and_last_segment_as_topics_not_its_scheme_or_host_
     assert ai.EXTRACTOR.topics("see https://github.com/acme/api/issues/377#issuecomment-12).") == ["github"]
 
 
+@pytest.mark.parametrize("call", [
+    lambda n: ai.EXTRACTOR.extract("see https://x.example/" + "a" * n + " now", "prompt"),  # a link's path
+    lambda n: ai.conclusion_of("Done:\n| a |\n|" + "-" * n + "x|\n| b | c |\n"),  # a table's rule line
+], ids=["title-of-a-long-link", "conclusion-of-a-long-table-rule"])
+def test_titles_and_conclusions_are_linear_on_hostile_runs(call):
+    """Ten times longer must cost about ten times more (a linear baseline in the same run), not
+    a hundred times."""
+    import time
+
+    def cost(n, rounds=3):
+        best = float("inf")
+        for _ in range(rounds):
+            start = time.process_time()
+            call(n)
+            best = min(best, time.process_time() - start)
+        return best
+    small, big = cost(10_000, 5), cost(100_000)
+    assert big < 40 * small + 0.05, (small, big)
+
+
 def test_words_with_combining_marks_stay_whole():
     """Thai and Indic vowel signs are marks, which \\w does not match: "เว็บไซต์" (website) had
     given the topics "เว" and "บไซต"."""
