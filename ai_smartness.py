@@ -2213,6 +2213,10 @@ _URL_RE = LazyRe(r"\b[A-Za-z][A-Za-z0-9+.-]{0,15}://([^\s/?#]{1,253})(\S*?)(?=[?
 _DATED_RE = LazyRe(r"(?:19|20)\d\d-?[01]\d-?[0-3]\d|\d-(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*-\d")
 
 
+# A commit or a task by its hex id (`b0a6feca`, `bdb1c28`): one object, no concept.
+_HEX_ID_RE = LazyRe(r"(?=[a-f]*\d)[0-9a-f]+")
+
+
 def url_words(match):
     labels = [x for x in match.group(1).rsplit("@", 1)[-1].split(":", 1)[0].split(".") if x]
     site = labels[-2] if len(labels) >= 2 and not labels[-1].isdigit() else ""
@@ -2628,9 +2632,10 @@ class HeuristicExtractor:
                     or word in code_words
                     or word in ACKNOWLEDGEMENTS or word[0].isdigit() or word.startswith("--")
                     or sum(c.isdigit() for c in word) * 2 >= len(word) or _DATED_RE.search(word)
+                    or (len(word) >= 7 and _HEX_ID_RE.fullmatch(word))
                     or (not word.isascii() and sum(map(str.isalnum, word)) > UNSPACED_TOPIC_LETTERS
                         and _UNSPACED_RE.search(word))):
-                continue  # numbers, sizes (1rem), dates, versions, flags, dated names (logs), phrases name no concept
+                continue  # numbers, sizes (1rem), dates, versions, flags, dated names, hex ids, phrases
             # Identifiers and acronyms name topics better than prose words. (isalpha() and
             # islower() first: they answer for most words without a scan in Python.)
             bonus = 1.0 + (0.5 if ("_" in raw or raw.isupper()

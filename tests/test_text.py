@@ -197,6 +197,9 @@ def test_a_prompts_slash_commands_and_unmarked_contractions_are_no_topics():
     # Chat shorthand says how the user feels about the work, not what it is.
     ex = ai.EXTRACTOR.extract("idk why but tbh the segmented highlighting still fails, btw imo the tap is fine", "prompt")
     assert ex["topics"] == ["segmented", "highlighting", "fails", "tap"], ex["topics"]
+    # Nor does a commit's or a task's hex id.
+    assert ai.EXTRACTOR.extract("revert b0a6feca, then stop task bdb1c28 of the deadbeef demo", "prompt")["topics"] == \
+        ["revert", "stop", "task", "deadbeef", "demo"]
 
 
 def test_topics_prefer_identifiers_and_the_file_name():
