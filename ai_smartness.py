@@ -219,6 +219,8 @@ SHORT_PROMPT_TOPICS, TURN_LOOKBACK = 2, 200
 TITLE_LOG_LINES = 400
 # Sentences of a prompt the title looks through for one with a topic, and the characters of each read.
 TITLE_SENTENCES, TITLE_TOPIC_CHARS = 3, 200
+# Lines of a paste read to tell whether it is a log or a tool's output.
+PASTE_LINES = 12
 # A prompt's first line shorter than this that ends with ":" leads into what it pastes.
 TITLE_LEAD_CHARS = 60
 # Related threads a capture may bridge to.
@@ -2548,6 +2550,26 @@ def concepts_of(weights):
 _LIST_MARK_RE = LazyRe(r"^(?:[-*•]|\d{1,3}[.)])[ \t]+(?=\S)")  # "- ", "* ", "1. ", "2) "
 
 
+# What a tool's status line starts with (`✓ Compiled /middleware`, `⨯ [Error: …]`, `✖ Error: …`, a spinner).
+_STATUS_LEAD_RE = LazyRe(r"[ \t]*[✓✔✗✘✖⨯○●⚠❌✅⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏]\ufe0f?[ \t]+")
+
+
+def pasted_error(text, unless_led=False):
+    """The first error line of a paste most of whose first PASTE_LINES lines are a log's or a
+    tool's status lines (a dev server's output after a fragment of its banner), or "". `unless_led`:
+    "" when the first line leads into the paste ("fix this:"): it says the task (the title joins
+    the two)."""
+    lines = [x for x in text.split("\n", 4 * PASTE_LINES)[:4 * PASTE_LINES] if x.strip()][:PASTE_LINES]
+    if not lines or unless_led and lines[0].rstrip(" \\").endswith(":"):
+        return ""
+    led = [x for x in lines if _STATUS_LEAD_RE.match(x) or _LOG_LEAD_RE.match(x)]
+    if len(led) < 2 or 2 * len(led) < len(lines):
+        return ""
+    # A line marked done ("✓ Compiled with 0 errors") is no error.
+    error = next((x for x in led if _LOG_ERROR_RE.search(x) and x.lstrip()[:1] not in "✓✔✅"), "")
+    return _LOG_LEAD_RE.sub("", _STATUS_LEAD_RE.sub("", error, count=1), count=1).strip()
+
+
 def log_error_line(text):
     """The first error line of `text` without its time or level when `text` opens with log lines
     (a time, Android's `E/flutter (15059):`, `[ERROR:…]`, `LEVEL:`; else the first line), or ""."""
@@ -2583,10 +2605,11 @@ class HeuristicExtractor:
         acknowledgement ("Great. Now add the export" is about the export); for a tool result,
         the file it touched or the command's own description, never the path or output echoed."""
         lead = _LEADING_COMMANDS_RE.match(body) if origin == "prompt" and body.startswith("/") else None
+        asked, rest = (" ".join(lead.group().split()), body[lead.end():]) if lead else ("", body)
         if lead and "\n" in lead.group():  # "/sc:troubleshoot" on a line of its own asks of the next
-            body = " ".join(lead.group().split()) + " " + body[lead.end():]
-        if origin == "prompt":
-            body = log_error_line(body) or body
+            body = asked + " " + rest
+        if origin == "prompt" and (error := log_error_line(rest) or pasted_error(rest, unless_led=True)):
+            body = (asked + " " + error).strip()  # a pasted log or tool output: its first error
         sentences = re.split(r"(?<=[.!?])\s|\n", links_shown(body.strip()), maxsplit=4) if body else [""]
         # A word of three letters or fewer alone ("ble." where a paste starts mid-word) names nothing.
         said = [x for x in sentences if not is_noise(x) and len(re.findall(r"\w", x)) > 3] or sentences[:1]
@@ -2600,7 +2623,7 @@ class HeuristicExtractor:
         if origin == "prompt" and first.rstrip(" \\").endswith(":") and len(first) < TITLE_LEAD_CHARS:
             # "Getting this error:" says what follows: the pasted text's first line, or its first error.
             rest = links_shown(body.strip()).split(first, 1)[-1].lstrip(" \t\\\n")
-            rest = log_error_line(rest) or rest.split("\n", 1)[0]
+            rest = log_error_line(rest) or pasted_error(rest) or rest.split("\n", 1)[0]
             first = first.rstrip(" \\") + " " + _LIST_MARK_RE.sub("", rest.strip(" \t\\"))
         first = _LIST_MARK_RE.sub("", first, count=1)  # a list's first item: its words, not its bullet
         if file_path and origin in ("file_read", "file_write"):

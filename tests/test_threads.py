@@ -262,6 +262,16 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
                                  "prompt")["title"] == "TypeError: x is undefined"
     assert ais.EXTRACTOR.extract("ERROR handling in the parser is wrong", "prompt")["title"] == \
         "ERROR handling in the parser is wrong"  # a word of the request, not a log's level
+    # A tool's output pasted after a fragment of its banner is about its first error, not a line marked done.
+    next_dev = ("/sc:troubleshoot (ress Ctrl+C to stop all services...\n\n ✓ Compiled /middleware with 0 errors\n"
+                " ⨯ [Error: `headers` was called outside a request scope. Read more: https://nextjs.org/docs]\n"
+                " ○ Compiling /_error ...\n GET / 404")
+    assert ais.EXTRACTOR.extract(next_dev, "prompt")["title"] == \
+        "/sc:troubleshoot [Error: `headers` was called outside a request scope."
+    assert ais.EXTRACTOR.extract("fix this:\n✖ Error: Unable to push to the deployment\n⠙ Retrying", "prompt")[
+        "title"] == "fix this: Error: Unable to push to the deployment"
+    assert ais.EXTRACTOR.extract("✅ login works\n❌ signup is slow\n✅ reset works", "prompt")["title"] == \
+        "✅ login works"  # a checklist with no error: as typed
     # A reply before the request names no work; the request does.
     assert ais.EXTRACTOR.extract("Still not working. Can you use the Supabase MCP to check the signup webhook?",
                                  "prompt")["title"] == "Can you use the Supabase MCP to check the signup webhook?"
