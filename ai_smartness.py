@@ -89,7 +89,7 @@ SCHEMA = 1  # version of every stored record
 APP = "ai_smartness"
 # Thread statuses and the content origins a thread can have.
 STATUSES = ("active", "suspended", "archived")
-ORIGINS = ("prompt", "file_read", "file_write", "task", "fetch", "command", "split")
+ORIGINS = ("prompt", "file_read", "file_write", "task", "fetch", "command", "split", "plan")
 BRIDGE_TYPES = ("extends", "contradicts", "depends", "replaces", "child_of")
 # Active-thread limit per mode.
 MODE_LIMITS = {"light": 15, "normal": 50, "heavy": 100, "max": 200}
@@ -162,6 +162,7 @@ TOOL_ORIGINS = {
     "Read": "file_read", "Write": "file_write", "Edit": "file_write", "MultiEdit": "file_write",
     "NotebookEdit": "file_write", "Bash": "command", "Task": "task", "Agent": "task",
     "WebFetch": "fetch", "WebSearch": "fetch", "Grep": "file_read",
+    "ExitPlanMode": "plan", "AskUserQuestion": "plan",
 }
 # Tools that keep the agent's task list (TodoWrite before Claude Code 2.1, TaskCreate and
 # TaskUpdate since; Gemini CLI's write_todos is read as TodoWrite): no memory of their own, but
@@ -413,6 +414,11 @@ FILE_OPS = {"Read": "read", "Write": "write", "Edit": "edit", "MultiEdit": "edit
 SEARCH_FILES = 5
 # Files one capture records at most, and path characters kept for one.
 MAX_CAPTURE_FILES, FILE_PATH_CHARS = 12, 300
+# What an approved plan's message starts with; characters kept of its headline, and of each part
+# of a question the user answered.
+PLAN_MARK, PLAN_HEAD_CHARS, ANSWER_CHARS = "Plan approved: ", 200, 300
+# Characters of a tool's answer text read for the user's answers (older clients).
+MAX_ANSWERS_CHARS = 20000
 # The files a thread lists (the most recently touched), and a file's newest messages kept (the
 # quotes about it are chosen among them: Memory.context).
 THREAD_FILES, FILE_RECENT_MESSAGES = 20, 24
@@ -2593,8 +2599,10 @@ class HeuristicExtractor:
             body = _SHELL_PROMPT_RE.sub("", prompt_status_cut(body) if "❯" in body else body)
         if origin == "prompt" and " #" in body:
             body = _ATTACHED_RE.sub("", body).strip() or body
-        # A prompt's leading slash commands are the user's routines (/prime, /implement), not its subject.
-        said = _LEADING_COMMANDS_RE.sub("", body) if origin == "prompt" and body.startswith("/") else body
+        # A prompt's leading slash commands are the user's routines (/prime, /implement), not its
+        # subject; an approved plan's mark is no topic of every plan's thread.
+        said = _LEADING_COMMANDS_RE.sub("", body) if origin == "prompt" and body.startswith("/") else \
+            body[len(PLAN_MARK):] if origin == "plan" and body.startswith(PLAN_MARK) else body
         return {"title": self.title(body, origin, file_path),
                 "topics": self.topics(said, file_path, said=origin == "prompt"),
                 "summary": shorten(body, 200)}
@@ -2778,11 +2786,21 @@ def tool_capture(payload, data_dir=None):
         text, files = _search_capture(inp, resp, project, cwd)
         if not text:
             return None
+    elif tool == "ExitPlanMode":  # PostToolUse: the user approved it (a rejected plan fails)
+        text, path = approved_plan(inp.get("plan") or (resp.get("plan") if isinstance(resp, dict) else None)), None
+        if not text:
+            return None
+    elif tool == "AskUserQuestion":
+        text = answered_questions(inp, resp)
+        if not text:
+            return None
     else:  # WebFetch, WebSearch
         target = inp.get("url") or inp.get("query") or ""
         text = f"{tool} {target}: {shorten(str(inp.get('prompt') or ''), 200)}\n" \
                f"{head_tail(_response_text(resp), 1200, 300)}"
-    cap = {"text": text, "source": f"tool:{tool}", "origin": origin, "file": path}
+    # An approved plan is the agent's word on what comes next, as its conclusions are on what was done.
+    cap = {"text": text, "source": "assistant" if tool == "ExitPlanMode" else f"tool:{tool}", "origin": origin,
+           "file": path}
     if tool == "Bash" and key:
         cap["command"] = key  # the same command run again after a failure tells whether it was fixed
     if project and tool in FILE_OPS:
@@ -2794,6 +2812,48 @@ def tool_capture(payload, data_dir=None):
             if cites:
                 cap["cites"] = cites
     return cap
+
+
+# A plan's headline without its heading marks or a "Plan:" / "Plan to" / "Implementation plan for" lead.
+_PLAN_HEAD_RE = LazyRe(r"#{0,6}[ \t]*(?:(?:implementation[ \t]+)?plan(?:[ \t]*:|[ \t]+(?:to|for)\b))?[ \t]*", re.I)
+# Claude Code before tool responses were structured: `User has answered your questions: "Q"="A", …`.
+_ANSWER_RE = LazyRe(r'"([^"\n]{1,500})"="([^"\n]{1,500})"')
+
+
+def approved_plan(plan):
+    """ExitPlanMode's plan as the agent's message: PLAN_MARK and its headline ("# Plan:
+    Condensed side panel" says "Condensed side panel"), then the start and end of the rest."""
+    if not isinstance(plan, str) or not plan.strip():
+        return ""
+    head, _, body = redact(plan).strip().partition("\n")
+    head = head[_PLAN_HEAD_RE.match(head).end():].strip() or head.strip()
+    return f"{PLAN_MARK}{shorten(head, PLAN_HEAD_CHARS)}\n{head_tail(body.strip(), 1500, 300)}".strip()
+
+
+def answered_questions(inp, resp):
+    """What the user chose when AskUserQuestion asked, a line a question ("Fix approach: chose Fix
+    both issues (Add the Opus option and …). Question: How would you like me to proceed?"), or ""
+    when nothing was answered. No word of the template is a topic."""
+    asked = inp.get("questions")
+    questions = [q for q in asked if isinstance(q, dict) and isinstance(q.get("question"), str)] \
+        if isinstance(asked, list) else []
+    answers = resp.get("answers") if isinstance(resp, dict) else dict(_ANSWER_RE.findall(resp[:MAX_ANSWERS_CHARS])) \
+        if isinstance(resp, str) else None
+    answers = answers if isinstance(answers, dict) else {}
+
+    def cut(text):  # redacted whole, then cut
+        return shorten(redact(text), ANSWER_CHARS)
+    lines = []
+    for q in questions:
+        answer = answers.get(q["question"])
+        if not isinstance(answer, str) or not answer.strip():
+            continue
+        options = q.get("options") if isinstance(q.get("options"), list) else []
+        why = next((o["description"] for o in options if isinstance(o, dict) and o.get("label") == answer
+                    and isinstance(o.get("description"), str)), "")
+        head = f"{cut(q['header'])}: chose" if isinstance(q.get("header"), str) and q["header"] else "Chose"
+        lines.append(f"{head} {cut(answer)}" + (f" ({cut(why)})" if why else "") + f". Question: {cut(q['question'])}")
+    return "\n".join(lines)
 
 
 _FILE_NAME_RE = re.compile(r"[^./]\.\w{1,10}$")
@@ -3874,7 +3934,7 @@ def message_signals(entry, ts):
         changed = [f for f in changed if isinstance(f, str) and f][:GIT_MAX_FILES]
         if changed:
             out["changed"] = changed
-    if entry.get("source") == "assistant":
+    if entry.get("source") == "assistant" and entry.get("origin") != "plan":  # a plan's "fixed" is to come
         outcome = resolution_of(entry.get("text"))
         if outcome:
             out["resolved"] = outcome

@@ -504,6 +504,36 @@ def test_the_briefing_names_a_task_by_its_words_not_by_the_screenshot_pasted_wit
     assert "[Image" not in text, text
 
 
+def test_an_approved_plan_and_the_users_choice_are_where_the_work_stopped(project):
+    """Through the real hooks: a turn that asks the user, plans and stops there. The briefing
+    after a gap says the plan as the latest word on the work, and the choice is recalled."""
+    p = str(project)
+    hook("inject", prompt_payload("the side panel is too tall on a laptop screen", "s1", project), project)
+    hook("capture", post_payload("Read", {"file_path": p + "/src/panel/panel.html"},
+                                 {"file": {"content": "<header><span class='version-badge'>v3.7.0</span></header>"}},
+                                 "s1", project), project)
+    question = {"question": "Should the status popover close when a capture starts?", "header": "During capture",
+                "options": [{"label": "Auto-close", "description": "Closes when a capture starts"},
+                            {"label": "Stay open", "description": "Shows the status live"}]}
+    hook("capture", post_payload("AskUserQuestion", {"questions": [question]}, {
+        "questions": [question], "answers": {question["question"]: "Stay open"}}, "s1", project), project)
+    plan = ("# Plan: Condensed side panel for small screens\n\n## Summary\nReplace the version badge with a status "
+            "dot and a floating popover.\nThe thumbnail overflow is already fixed.\n")
+    hook("capture", post_payload("ExitPlanMode", {"plan": plan}, {"plan": plan, "isAgent": False}, "s1", project),
+         project)
+    mem = ais.open_memory(str(project))
+    mem.flush()
+    stored = next(m for m in mem.msgs.values() if m["text"].startswith("Plan approved:"))
+    assert stored["source"] == "assistant" and "resolved" not in stored
+    out = hook("start", start_payload("startup", "s2", project), project)
+    text = json.loads(out.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "Last: Plan approved: Condensed side panel for small screens." in text, text
+    assert not {"plan", "approved"} & set(text.split("Topics: ")[1].split(".")[0].split(", ")), text
+    assert "Resolved" not in text, text
+    recalled = mem.context("should the status popover stay open during a capture?", session="s2")["text"]
+    assert "During capture: chose Stay open (Shows the status live)" in recalled, recalled
+
+
 def test_the_digest_lists_each_threads_newest_files(project):
     mem = work(project)
     mem.write_index()

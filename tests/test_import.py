@@ -452,6 +452,43 @@ def test_raw_json_and_an_unknown_file(project, tmp_path):
     assert imported(project, raw, fmt="raw-json")["stored"] == 0
 
 
+def test_an_imported_session_keeps_the_plans_approved_and_the_choices_made(project, tmp_path):
+    """Claude Code 2.x records: a plan the user rejected (an error result), then one approved,
+    and a question answered, each as the client writes its tool_result and toolUseResult."""
+    common = {"isSidechain": False, "userType": "external", "cwd": str(project), "sessionId": "s-plan",
+              "version": "2.1.119"}
+    question = {"question": "Which routes need sign-in?", "header": "Auth scope",
+                "options": [{"label": "All but landing", "description": "Everything except / and /signin"},
+                            {"label": "Admin only", "description": "Just /admin"}]}
+    rejected = ("The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a "
+                "file edit, the new_string was NOT written to the file).")
+    calls = [("toolu_p1", "ExitPlanMode", {"plan": "# Plan: Drop the middleware\n1. Delete middleware.ts"},
+              rejected, "Error: " + rejected, True),
+             ("toolu_q", "AskUserQuestion", {"questions": [question]},
+              'User has answered your questions: "Which routes need sign-in?"="All but landing".',
+              {"questions": [question], "answers": {"Which routes need sign-in?": "All but landing"}}, False),
+             ("toolu_p2", "ExitPlanMode", {"plan": "# Plan: Protect routes in middleware.ts\n1. Add a matcher"},
+              "User has approved your plan.", {"plan": "# Plan: Protect routes in middleware.ts\n1. Add a matcher",
+                                               "isAgent": False}, False)]
+    records = [dict(common, type="user", uuid="u0", timestamp="2026-11-20T10:00:00.000Z", promptId="p1",
+                    message={"role": "user", "content": "protect the routes that need an account"})]
+    for i, (cid, name, inp, content, result, error) in enumerate(calls):
+        records += [dict(common, type="assistant", uuid=f"a{i}", timestamp=f"2026-11-20T10:0{i + 1}:00.000Z",
+                         message={"id": f"m{i}", "role": "assistant", "content": [
+                             {"type": "tool_use", "id": cid, "name": name, "input": inp}]}),
+                    dict(common, type="user", uuid=f"r{i}", timestamp=f"2026-11-20T10:0{i + 1}:30.000Z",
+                         promptId="p1", toolUseResult=result, message={"role": "user", "content": [
+                             {"type": "tool_result", "tool_use_id": cid, "content": content, "is_error": error}]})]
+    path = tmp_path / "s-plan.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert imported(project, path, fmt="claude-jsonl")["stored"] == 3
+    stored = {m["text"].split("\n")[0]: m["source"] for m in exported(project)}
+    assert stored == {"protect the routes that need an account": "prompt",
+                      "Plan approved: Protect routes in middleware.ts": "assistant",
+                      "Auth scope: chose All but landing (Everything except / and /signin). "
+                      "Question: Which routes need sign-in?": "tool:AskUserQuestion"}, stored
+
+
 def test_secrets_are_redacted_on_import(project, tmp_path):
     raw = tmp_path / "leak.json"
     key = "sk-ant-api03-" + "A" * 90

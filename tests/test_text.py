@@ -244,7 +244,9 @@ def test_a_url_gives_its_site_and_last_segment_as_topics_not_its_scheme_or_host_
 @pytest.mark.parametrize("call", [
     lambda n: ai.EXTRACTOR.extract("see https://x.example/" + "a" * n + " now", "prompt"),  # a link's path
     lambda n: ai.conclusion_of("Done:\n| a |\n|" + "-" * n + "x|\n| b | c |\n"),  # a table's rule line
-], ids=["title-of-a-long-link", "conclusion-of-a-long-table-rule"])
+    lambda n: ai.approved_plan("#" * n + " plan for" * (n // 9) + "\nstep"),  # a plan's headline
+    lambda n: ai.answered_questions({"questions": [{"question": "q"}]}, '"q"="' + 'a"="' * (n // 4)),  # answers
+], ids=["title-of-a-long-link", "conclusion-of-a-long-table-rule", "plan-headline", "answers-text"])
 def test_titles_and_conclusions_are_linear_on_hostile_runs(call):
     """Ten times longer must cost about ten times more (a linear baseline in the same run), not
     a hundred times."""
@@ -369,6 +371,70 @@ def test_capture_task_webfetch_websearch():
             {"tool_use_id": "t", "content": [{"title": "Releases", "url": "https://github.com/x"}]},
             "The latest version is 7.71.1."]}), DATA_DIR)
     assert "react-hook-form version" in search["text"] and "7.71.1" in search["text"]
+
+
+PLAN = ("# Plan: Condensed side panel for small screens\n\n## Summary\nReplace the status bar with a header dot.\n"
+        "The thumbnail bug is already fixed.\n\n**File:** `src/panel/panel.html`\n- Remove the version badge\n")
+
+
+def test_an_approved_plan_is_the_agents_word_on_what_comes_next():
+    """ExitPlanMode's PostToolUse comes when the user approved the plan (a rejected one is a
+    PostToolUseFailure): it is kept as the agent's message, led by its headline."""
+    cap = ai.tool_capture(post("ExitPlanMode", {"plan": PLAN}, {
+        "plan": PLAN, "isAgent": False, "filePath": "/home/u/.claude/plans/immutable-finding-spring.md"}), DATA_DIR)
+    assert cap["source"] == "assistant" and cap["origin"] == "plan" and cap["file"] is None
+    assert cap["text"].startswith("Plan approved: Condensed side panel for small screens\n## Summary\n")
+    assert "`src/panel/panel.html`" in cap["text"]
+    assert ai.EXTRACTOR.extract(cap["text"], cap["origin"])["title"] == "Plan approved: Condensed side panel for small screens"
+    for head, shown in (("## Plan to Update Provider Type Names", "Update Provider Type Names"),
+                        ("## Implementation Plan: Add MCAO Output Files", "Add MCAO Output Files"),
+                        ("# Bun Migration Plan", "Bun Migration Plan"),
+                        ("Create `consolidate-envs.md` that outlines the plan:", "Create `consolidate-envs.md` that outlines the plan:"),
+                        ("# Plan:", "# Plan:")):
+        plan = ai.tool_capture(post("ExitPlanMode", {"plan": head + "\n1. Step one"}, {}), DATA_DIR)
+        assert plan["text"] == f"Plan approved: {shown}\n1. Step one", head
+    secret = "ghp_" + "a1B2" * 9
+    cap = ai.tool_capture(post("ExitPlanMode", {"plan": f"# Rotate {secret}\n" + "x " * 5000}, {}), DATA_DIR)
+    assert secret not in cap["text"] and "[REDACTED:" in cap["text"] and len(cap["text"]) < 2500
+    for empty in ({}, {"plan": "  "}, {"plan": 3}):
+        assert ai.tool_capture(post("ExitPlanMode", empty, "User has approved your plan."), DATA_DIR) is None
+    entry = ai.capture_entry("tool", post("ExitPlanMode", {"plan": PLAN}, {}), DATA_DIR)
+    assert entry["source"] == "assistant" and "resolved" not in ai.message_signals(entry, entry["ts"])
+
+
+def test_a_question_the_user_answered_is_kept_as_the_choice():
+    question = {"question": "How would you like me to proceed?", "header": "Fix approach", "multiSelect": False,
+                "options": [{"label": "Fix both issues (Recommended)", "description": "Add the Opus option and parse 5 moves"},
+                            {"label": "Opus only", "description": "Just add the Opus option"}]}
+    other = {"question": "Bump the version?", "header": "", "options": [{"label": "Yes"}, {"label": "No"}]}
+    unanswered = {"question": "Which port?", "header": "Port", "options": [{"label": "3000"}]}
+    cap = ai.tool_capture(post("AskUserQuestion", {"questions": [question, other, unanswered]}, {
+        "questions": [question, other, unanswered],
+        "answers": {"How would you like me to proceed?": "Fix both issues (Recommended)", "Bump the version?": "No"}}),
+        DATA_DIR)
+    assert cap["source"] == "tool:AskUserQuestion" and cap["origin"] == "plan"
+    assert cap["text"] == ("Fix approach: chose Fix both issues (Recommended) (Add the Opus option and parse 5 moves). "
+                           "Question: How would you like me to proceed?\nChose No. Question: Bump the version?")
+    topics = ai.EXTRACTOR.extract(cap["text"], cap["origin"])["topics"]
+    assert not {"chose", "question", "user", "asked"} & set(topics) and "opus" in topics
+    # Older clients answer in the result's text; the user's own words when no option fitted.
+    typed = ai.tool_capture(post("AskUserQuestion", {"questions": [question]}, 'User has answered your questions: '
+                                 '"How would you like me to proceed?"="it worked before, what changed?". You can now '
+                                 'continue with the user\'s answers in mind.'), DATA_DIR)
+    assert typed["text"] == "Fix approach: chose it worked before, what changed?. Question: How would you like me to proceed?"
+    secret = "sk-ant-api03-" + "Ab1_" * 20
+    cap = ai.tool_capture(post("AskUserQuestion", {"questions": [unanswered]}, {"answers": {"Which port?": secret}}),
+                          DATA_DIR)
+    assert secret[:20] not in cap["text"] and "[REDACTED:" in cap["text"]
+    for resp in ({"answers": {}}, {}, "Error: rejected", None):
+        assert ai.tool_capture(post("AskUserQuestion", {"questions": [question]}, resp), DATA_DIR) is None
+    for inp, resp in (({"questions": "x"}, {"answers": {"x": "y"}}), ({"questions": [None, 3]}, {"answers": {}}),
+                      ({"questions": [{"question": "x"}]}, {"answers": ["x"]}),
+                      ({"questions": [{"question": "x"}]}, {"answers": {"x": 3}})):
+        assert ai.tool_capture(post("AskUserQuestion", inp, resp), DATA_DIR) is None
+    odd = ai.tool_capture(post("AskUserQuestion", {"questions": [{"question": "x", "header": 5, "options": "zz"}]},
+                               {"answers": {"x": "y"}}), DATA_DIR)
+    assert odd["text"] == "Chose y. Question: x"
 
 
 def test_capture_skips_uncaptured_tools_and_our_own_files():
