@@ -417,6 +417,8 @@ MAX_CAPTURE_FILES, FILE_PATH_CHARS = 12, 300
 # What an approved plan's message starts with; characters kept of its headline, and of each part
 # of a question the user answered.
 PLAN_MARK, PLAN_HEAD_CHARS, ANSWER_CHARS = "Plan approved: ", 200, 300
+# The source of a background task's notification (task_notice), sent as a prompt.
+NOTICE_SOURCE = "tool:TaskNotification"
 # Characters of a tool's answer text read for the user's answers (older clients).
 MAX_ANSWERS_CHARS = 20000
 # The files a thread lists (the most recently touched), and a file's newest messages kept (the
@@ -1814,6 +1816,12 @@ _MARKUP_RE = LazyRe(
 # Neither part runs past the next notification: hostile text costs time in proportion to its length.
 _TASK_NOTE_RE = LazyRe(r"<task-notification>(?:[^<]|<(?!summary>|task-notification>))*<summary>([^<]*)</summary>"
                        r"(?:[^<]|<(?!/?task-notification>))*</task-notification>")
+# A prompt that is nothing but such notifications, each maybe with a subagent's <result> and the
+# line after it pointing at the output file, is the client's news of the work, not the user's words.
+_TASK_BLOCK_RE = LazyRe(r"<task-notification>((?:[^<]|<(?!/?task-notification>))*)</task-notification>"
+                        r"(?:\s*Read the output file to retrieve the result(?::[^\n]*)?)?")
+_TASK_SUMMARY_RE = LazyRe(r"<summary>([^<]*)</summary>")
+_TASK_RESULT_RE = LazyRe(r"<result>((?:[^<]|<(?!/result>))*)(?:</result>|\Z)")
 # What Claude Code writes as the assistant's message when the turn failed ("API Error: 529 …",
 # "Prompt is too long") or gave nothing ("No response requested."): the client's, not the agent's
 # answer or conclusion.
@@ -2284,6 +2292,23 @@ def strip_markup(text):
     text = _MARKUP_RE.sub(" ", text)
     text = _CONTROL_RE.sub("", text)
     return re.sub(r"[ \t]+\n", "\n", re.sub(r"\n{3,}", "\n\n", text)).strip()
+
+
+def task_notice(text):
+    """The news in a prompt made only of background tasks' notifications (_TASK_BLOCK_RE): each
+    summary, and a subagent's result as a Task's is kept; "" for any other prompt."""
+    if not isinstance(text, str) or "<task-notification>" not in text:
+        return ""
+    blocks = list(_TASK_BLOCK_RE.finditer(text))
+    if not blocks or _TASK_BLOCK_RE.sub("", text).strip():
+        return ""
+    out = []
+    for block in blocks:
+        summary, result = _TASK_SUMMARY_RE.search(block.group(1)), _TASK_RESULT_RE.search(block.group(1))
+        out.append(" ".join(summary.group(1).split()) if summary else "")
+        if result and result.group(1).strip():
+            out.append(head_tail(result.group(1).strip(), 1500, 500))
+    return "\n".join(x for x in out if x)
 
 
 def redact(text):
@@ -6360,6 +6385,9 @@ def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=N
         ts = valid_ts(at)
         if ts is None:
             raise UsageError(f"--at must be a time between 1970 and 9999: {str(at)[:60]!r}")
+    notice = task_notice(text) if source == "prompt" else ""
+    if notice:  # kept as a tool's result in the turn it came into: no task, title or rule of the user's
+        text, source, origin = notice, NOTICE_SOURCE, "task"
     cleaned = clean_for_storage(text)
     short = 8 if source == "prompt" and not _SLASH_COMMAND_RE.match(cleaned) else 3
     if is_noise(cleaned, min_chars=short) or cleaned.startswith(LLM_PROMPT_MARKER):
@@ -9778,7 +9806,7 @@ def hook_inject(store, payload, mem):
     said = strip_markup(prompt)
     said = _ATTACHED_RE.sub("", said).strip() or said
     task = {"last_task": cut_redacted(" ".join(said.split()), FIELD_CHARS)} \
-        if not is_noise(prompt, min_chars=TASK_MIN_CHARS) else {}
+        if not is_noise(prompt, min_chars=TASK_MIN_CHARS) and not task_notice(prompt) else {}
     store.update_heartbeat(last_interaction=iso(now), prompt_session=session, reminders_since=0 if remind else since + 1,
                            last_served_inject="daemon" if mem else "in-process", **task)
     return context_output("UserPromptSubmit", text)

@@ -534,6 +534,37 @@ def test_an_approved_plan_and_the_users_choice_are_where_the_work_stopped(projec
     assert "During capture: chose Stay open (Shows the status live)" in recalled, recalled
 
 
+def test_a_background_tasks_notification_is_news_of_the_work_not_the_users_task(project):
+    """Claude Code sends a background command's end as a user turn. Through the real hooks it
+    joins the work it came into: no thread of its own, and the task stays the user's."""
+    p = str(project)
+    turn = lambda payload, n: dict(payload, prompt_id=f"turn-{n}")  # noqa: E731
+    hook("inject", turn(prompt_payload("start the SDK backend and the Vite frontend for the dashboard", "s1", project),
+                        1), project)
+    hook("capture", turn(post_payload("Bash", {"command": "cd sdk && bun run server.ts", "run_in_background": True},
+                                      {"stdout": "Command running in background with ID: b2181d1"}, "s1", project), 1),
+         project)
+    hook("stop", turn(stop_payload("Both servers are starting: SDK on 3001, Vite on 5173.", session="s1",
+                                   project=project), 1), project)
+    notice = ("<task-notification>\n<task-id>b2181d1</task-id>\n<output-file>/tmp/claude/tasks/b2181d1.output"
+              "</output-file>\n<status>failed</status>\n<summary>Background command \"Start SDK backend server\" "
+              "failed with exit code 137</summary>\n</task-notification>\nRead the output file to retrieve the "
+              "result: /tmp/claude/tasks/b2181d1.output")
+    assert hook("inject", turn(prompt_payload(notice, "s1", project), 2), project).returncode == 0
+    hook("stop", turn(stop_payload("That was the old backend I killed earlier (137 = killed).", session="s1",
+                                   project=project), 2), project)
+    mem = ais.open_memory(p)
+    mem.flush()
+    assert len(mem.threads) == 1, [t["title"] for t in mem.threads.values()]
+    [thread] = mem.threads.values()
+    assert thread["title"].startswith("start the SDK backend")
+    news = next(m for m in thread["messages"] if m["text"].startswith("Background command"))
+    assert news["source"] == "tool:TaskNotification" and "b2181d1" not in news["text"]
+    assert mem.store.heartbeat()["last_task"].startswith("start the SDK backend")
+    current = next(x for x in mem.context("go on", session="s1")["text"].splitlines() if x.startswith("Current work"))
+    assert current.startswith('Current work: "start the SDK backend') and "Background command" not in current, current
+
+
 def test_the_digest_lists_each_threads_newest_files(project):
     mem = work(project)
     mem.write_index()

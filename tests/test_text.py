@@ -79,9 +79,23 @@ def test_a_background_tasks_notification_is_stored_as_its_summary():
            "</output-file>\n<status>failed</status>\n<summary>Background command \"Start SDK backend server\" "
            "failed with exit code 137</summary>\n</task-notification>\nRead the output file to retrieve the result")
     entry = ai.prepare_capture(raw)
-    assert entry["text"].startswith('Background command "Start SDK backend server" failed with exit code 137\n')
-    assert "b2181d1" not in entry["text"]
-    assert ai.EXTRACTOR.extract(entry["text"])["title"].startswith("Background command")
+    assert entry["text"] == 'Background command "Start SDK backend server" failed with exit code 137'
+    assert entry["source"] == "tool:TaskNotification" and entry["origin"] == "task"
+    assert ai.EXTRACTOR.extract(entry["text"], "task")["title"].startswith("Background command")
+    # A subagent's notification brings its report, kept as a Task's result is; several come as one.
+    agent = ('<task-notification>\n<task-id>a58545f</task-id>\n<tool-use-id>toolu_01</tool-use-id>\n<status>completed'
+             '</status>\n<summary>Agent "Refactor audio hook to expo-audio" completed</summary>\n<result>Replaced '
+             '`Audio.Sound` with `AudioPlayer` in hooks/useAudioPlayer.ts.\n' + "- a <View> line\n" * 400 +
+             'No file imports expo-av now.</result>\n</task-notification>')
+    entry = ai.prepare_capture(agent + "\n" + raw)
+    lines = entry["text"].split("\n")
+    assert lines[0] == 'Agent "Refactor audio hook to expo-audio" completed' and "AudioPlayer" in lines[1]
+    assert "No file imports expo-av now." in entry["text"] and "[…]" in entry["text"] and len(entry["text"]) < 2500
+    assert lines[-1] == 'Background command "Start SDK backend server" failed with exit code 137'
+    # Typed with the user's words, it is the user's prompt (the notification as its summary).
+    mixed = ai.prepare_capture(raw + "\nwhy does the backend keep dying?")
+    assert mixed["source"] == "prompt" and mixed["text"].startswith('Background command "Start SDK backend')
+    assert ai.task_notice(raw + " ok") == "" and ai.task_notice("no notification") == ""
     half = "<task-notification><status>x</status>"  # no summary, or never closed: left as it is
     assert ai.strip_markup(half + " <task-notification><summary>y</summary>") == half + " <task-notification><summary>y</summary>"
 
@@ -245,8 +259,11 @@ def test_a_url_gives_its_site_and_last_segment_as_topics_not_its_scheme_or_host_
     lambda n: ai.EXTRACTOR.extract("see https://x.example/" + "a" * n + " now", "prompt"),  # a link's path
     lambda n: ai.conclusion_of("Done:\n| a |\n|" + "-" * n + "x|\n| b | c |\n"),  # a table's rule line
     lambda n: ai.approved_plan("#" * n + " plan for" * (n // 9) + "\nstep"),  # a plan's headline
+    lambda n: ai.task_notice("<task-notification><summary>s</summary><result>" + "<x" * (n // 2)),  # a notice
+    lambda n: ai.task_notice("<task-notification>" * (n // 19)),
     lambda n: ai.answered_questions({"questions": [{"question": "q"}]}, '"q"="' + 'a"="' * (n // 4)),  # answers
-], ids=["title-of-a-long-link", "conclusion-of-a-long-table-rule", "plan-headline", "answers-text"])
+], ids=["title-of-a-long-link", "conclusion-of-a-long-table-rule", "plan-headline", "notice-result", "notices-open",
+        "answers-text"])
 def test_titles_and_conclusions_are_linear_on_hostile_runs(call):
     """Ten times longer must cost about ten times more (a linear baseline in the same run), not
     a hundred times."""
