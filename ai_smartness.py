@@ -213,6 +213,9 @@ SAID_SOURCES, TOOL_TOPIC_SHARE = frozenset({"prompt", "assistant"}), 0.5
 USE_BONUS = 0.1
 # Thread centroids a new capture is weighed against (every status).
 CANDIDATE_THREADS = 40
+# What a thread's title came from, the better over the worse (describe()): a prompt that names the
+# work, an approved plan's headline, a short prompt; anything else (a tool's result) ranks 0.
+TITLE_RANKS = {"prompt": 3, "plan": 2, "short": 1}
 # A prompt with this many topics or fewer continues its session's current thread; a capture's
 # turn is looked for among its session's latest TURN_LOOKBACK messages.
 SHORT_PROMPT_TOPICS, TURN_LOOKBACK = 2, 200
@@ -4027,14 +4030,18 @@ def use_thread(thread, now, half_life_days, amount):
 def describe(thread, msg, ext):
     """Title and summary for a reader. The title is the first prompt's that says what the work
     is: a thread that a tool result or a short prompt ("still not working", "/start-apps")
-    started is retitled by the first prompt of more than SHORT_PROMPT_TOPICS topics it gets;
-    the summary is the start, then the agent's latest conclusion (what was done, what is
-    next), else the latest prompt, else the latest capture."""
+    started is retitled by the first approved plan's headline ("Let's ULTRATHINK more!" planned
+    "Foolproof MCAO API Fix") and by the first prompt of more than SHORT_PROMPT_TOPICS topics
+    it gets (TITLE_RANKS); the summary is the start, then the agent's latest conclusion (what
+    was done, what is next), else the latest prompt, else the latest capture."""
     msgs = thread["messages"]
-    if msg.get("source") == "prompt" and thread.get("title_from") != "prompt":
-        short = len(ext["topics"]) <= SHORT_PROMPT_TOPICS
-        if not (short and thread.get("title_from") == "short"):
-            thread["title"], thread["title_from"] = ext["title"], "short" if short else "prompt"
+    title, kind = ext["title"], None
+    if msg.get("source") == "prompt":
+        kind = "short" if len(ext["topics"]) <= SHORT_PROMPT_TOPICS else "prompt"
+    elif msg.get("source") == "assistant" and title.startswith(PLAN_MARK):
+        title, kind = title[len(PLAN_MARK):], "plan"
+    if kind and TITLE_RANKS[kind] > TITLE_RANKS.get(thread.get("title_from"), 0):
+        thread["title"], thread["title_from"] = title, kind
     start = next((m for m in msgs if m.get("source") == "prompt"), msgs[0])
     if msg is start or len(msgs) == 1:
         latest = ""

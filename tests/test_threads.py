@@ -366,6 +366,32 @@ def test_a_thread_a_short_prompt_started_is_retitled_by_the_first_real_one():
     assert thread["summary"] == "/start-apps … Done: requests to /sdk go to the backend now. Next: add the log line."
 
 
+def test_an_approved_plan_names_a_thread_a_short_prompt_started():
+    """"Let's ULTRATHINK more!" says nothing of the work; the plan the user then approved does.
+    A prompt that names the work still wins over it; another short prompt or plan does not."""
+    thread = {"title": "", "messages": [], "summary": ""}
+
+    def add(text, source="prompt", origin="prompt"):
+        msg = {"id": f"m{len(thread['messages'])}", "ts": ais.iso(START), "source": source, "text": text}
+        ext = ais.EXTRACTOR.extract(text, origin)
+        thread["title"] = thread["title"] or ext["title"]  # as _new_thread sets it
+        thread["messages"].append(msg)
+        ais.describe(thread, msg, ext)
+    add("Let's ULTRATHINK more!")
+    assert thread["title"] == "Let's ULTRATHINK more!" and thread["title_from"] == "short"
+    add("I made the plan more robust. Here it is.", "assistant")
+    assert thread["title"] == "Let's ULTRATHINK more!"  # a conclusion names nothing
+    add(ais.approved_plan("## Foolproof MCAO API Fix Plan\n1. Call each endpoint with a known APN"), "assistant", "plan")
+    assert thread["title"] == "Foolproof MCAO API Fix Plan" and thread["title_from"] == "plan"
+    add("go")
+    add(ais.approved_plan("# Plan: Retry the lookups\n1. Back off"), "assistant", "plan")
+    assert thread["title"] == "Foolproof MCAO API Fix Plan"
+    add("Add the MCAO columns to the Excel output of process_months_local.py")
+    assert thread["title"] == "Add the MCAO columns to the Excel output of process_months_local.py"
+    add(ais.approved_plan("# Plan: Something else entirely\n1. Step"), "assistant", "plan")
+    assert thread["title_from"] == "prompt" and thread["title"].startswith("Add the MCAO columns")
+
+
 def test_a_fragment_merges_only_into_a_clear_winner():
     a, b, c = ({"id": x, "status": "active"} for x in "abc")
     assert ais.merge_choice([(0.5, a), (0.1, b), (0.05, c)]) is a
