@@ -89,7 +89,7 @@ SCHEMA = 1  # version of every stored record
 APP = "ai_smartness"
 # Thread statuses and the content origins a thread can have.
 STATUSES = ("active", "suspended", "archived")
-ORIGINS = ("prompt", "file_read", "file_write", "task", "fetch", "command", "split", "plan")
+ORIGINS = ("prompt", "file_read", "file_write", "task", "fetch", "command", "split", "plan", "mcp")
 BRIDGE_TYPES = ("extends", "contradicts", "depends", "replaces", "child_of")
 # Active-thread limit per mode.
 MODE_LIMITS = {"light": 15, "normal": 50, "heavy": 100, "max": 200}
@@ -420,6 +420,8 @@ MAX_CAPTURE_FILES, FILE_PATH_CHARS = 12, 300
 # What an approved plan's message starts with; characters kept of its headline, and of each part
 # of a question the user answered.
 PLAN_MARK, PLAN_HEAD_CHARS, ANSWER_CHARS = "Plan approved: ", 200, 300
+# Characters of an MCP call's arguments kept, and of a JSON result's prose read (prose_of).
+MCP_ARGS_CHARS, MCP_PROSE_CHARS = 300, 4000
 # The source of a background task's notification (task_notice), sent as a prompt.
 NOTICE_SOURCE = "tool:TaskNotification"
 # Characters of a tool's answer text read for the user's answers (older clients).
@@ -2628,9 +2630,15 @@ class HeuristicExtractor:
         if origin == "prompt" and " #" in body:
             body = _ATTACHED_RE.sub("", body).strip() or body
         # A prompt's leading slash commands are the user's routines (/prime, /implement), not its
-        # subject; an approved plan's mark is no topic of every plan's thread.
-        said = _LEADING_COMMANDS_RE.sub("", body) if origin == "prompt" and body.startswith("/") else \
-            body[len(PLAN_MARK):] if origin == "plan" and body.startswith(PLAN_MARK) else body
+        # subject; an approved plan's mark is no topic of every plan's thread, nor the names of an
+        # MCP call (`software-factory get_work_order work_order_number=87:`) of what it returned.
+        said = body
+        if origin == "prompt" and body.startswith("/"):
+            said = _LEADING_COMMANDS_RE.sub("", body)
+        elif origin == "plan" and body.startswith(PLAN_MARK):
+            said = body[len(PLAN_MARK):]
+        elif origin == "mcp":
+            said = body.partition("\n")[2] or body
         return {"title": self.title(body, origin, file_path),
                 "topics": self.topics(said, file_path, said=origin == "prompt"),
                 "summary": shorten(body, 200)}
@@ -2760,6 +2768,8 @@ def tool_capture(payload, data_dir=None):
     """PostToolUse payload -> {"text", "source", "origin", "file"} or None when nothing is
     worth keeping. One branch per tool keeps the useful part and drops noise."""
     tool = payload.get("tool_name")
+    if isinstance(tool, str) and tool.startswith("mcp__"):
+        return mcp_capture(tool, payload.get("tool_input"), payload.get("tool_response"))
     origin = TOOL_ORIGINS.get(tool) if isinstance(tool, str) else None
     if not origin:
         return None
@@ -2840,6 +2850,63 @@ def tool_capture(payload, data_dir=None):
             if cites:
                 cap["cites"] = cites
     return cap
+
+
+# MCP tools that drive a page or an app's window (Playwright's browser_click, a computer-use
+# screenshot): their results are the page's state at that moment, not memory.
+_MCP_UI_RE = LazyRe(r"(?:^|_)(?:click|type|hover|press|press_key|scroll|drag|select_option|fill_form|wait_for|wait|"
+                    r"screenshot|take_screenshot|snapshot|resize|handle_dialog|close|tabs|file_upload|console_messages|"
+                    r"network_requests|navigate|navigate_back|navigate_forward)$")
+
+
+# A server that wraps what it returns in <untrusted-data-…> tags (Supabase's) says the same
+# warning around it every time: only the data is kept.
+_UNTRUSTED_RE = LazyRe(r"<untrusted-data-[\w-]{1,80}>((?:[^<]|<(?!/?untrusted-data-))*)</untrusted-data-[\w-]{1,80}>")
+
+
+def mcp_capture(tool, inp, resp):
+    """An MCP server's tool result (`mcp__<server>__<tool>`: an issue read from GitHub, a SQL query
+    and its rows, a work order) as "<server> <tool> <arguments>:" and the result, a JSON result by
+    its prose; None for our own server (memory of memory), a tool that drives a page (_MCP_UI_RE:
+    what it leaves is the page's state, not knowledge) and an empty result."""
+    server, _, name = tool[len("mcp__"):].partition("__")
+    if not name or "smartness" in server.lower() or _MCP_UI_RE.search(name):
+        return None
+    result = _response_text(resp)
+    data = _UNTRUSTED_RE.findall(result[:MAX_CAPTURE_CHARS]) if "<untrusted-data-" in result else []
+    result = prose_of("\n".join(data) if data else result).strip()
+    if not result:
+        return None
+    inp = inp if isinstance(inp, dict) else {}
+    args = " ".join(f"{k}={' '.join(v.split()) if isinstance(v, str) else v}" for k, v in list(inp.items())[:8]
+                    if isinstance(v, (str, int, float)) and not isinstance(v, bool))
+    return {"text": f"{server} {name}{' ' + shorten(redact(args), MCP_ARGS_CHARS) if args else ''}:\n"
+                    f"{head_tail(result, 1200, 400)}", "source": f"tool:{shorten(tool, 100)}", "origin": "mcp",
+            "file": None}
+
+
+def prose_of(text):
+    """A JSON text by its strings that are prose (a space in them; ids, numbers, flags and URLs
+    are left out), each after its key ("title: E2E test suite improvements"); other text, and
+    JSON without prose (a query's rows), as it is. What is read of a long JSON text stops at
+    MCP_PROSE_CHARS."""
+    if not text.lstrip().startswith(("{", "[")):
+        return text
+    try:
+        value = json.loads(text[:MAX_REQUEST_BYTES])
+    except (ValueError, RecursionError):
+        return text
+    out, size, stack = [], 0, [("", value)]
+    while stack and size < MCP_PROSE_CHARS:
+        key, v = stack.pop()
+        if isinstance(v, str) and " " in v.strip():
+            out.append(f"{key}: {v.strip()}" if key else v.strip())
+            size += len(out[-1])
+        elif isinstance(v, dict):
+            stack.extend(reversed([(str(k), x) for k, x in v.items()]))
+        elif isinstance(v, list):
+            stack.extend(reversed([(key, x) for x in v]))
+    return "\n".join(out) or text
 
 
 # A plan's headline without its heading marks or a "Plan:" / "Plan to" / "Implementation plan for" lead.

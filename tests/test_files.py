@@ -565,6 +565,26 @@ def test_a_background_tasks_notification_is_news_of_the_work_not_the_users_task(
     assert current.startswith('Current work: "start the SDK backend') and "Background command" not in current, current
 
 
+def test_an_issue_read_through_mcp_is_recalled_with_the_work(project):
+    """Through the real capture hook: the GitHub MCP server's issue, read in a turn, is memory a
+    later prompt about it gets back."""
+    hook("inject", prompt_payload("take issue 377 and fix what it reports", "s1", project), project)
+    issue = {"number": 377, "title": "Notes lose their content field", "state": "open",
+             "body": "get-company-notes returns No content for every note although the Attio API sends content_plaintext."}
+    assert hook("capture", post_payload("mcp__github__get_issue", {"owner": "kesslerio", "repo": "attio-mcp-server",
+                                                                   "issue_number": 377},
+                                        [{"type": "text", "text": json.dumps(issue)}], "s1", project),
+                project).returncode == 0
+    mem = ais.open_memory(str(project))
+    mem.flush()
+    kept = next(m for m in mem.msgs.values() if m["source"] == "tool:mcp__github__get_issue")
+    assert kept["text"].startswith("github get_issue owner=kesslerio repo=attio-mcp-server issue_number=377:\n"
+                                   "title: Notes lose their content field")
+    assert len(mem.threads) == 1  # in the turn that read it
+    text = mem.context("why do the company notes come back without content_plaintext?", session="s2")["text"]
+    assert "although the Attio API sends content_plaintext" in text, text
+
+
 def test_the_digest_lists_each_threads_newest_files(project):
     mem = work(project)
     mem.write_index()
