@@ -2770,6 +2770,8 @@ def tool_capture(payload, data_dir=None):
     tool = payload.get("tool_name")
     if isinstance(tool, str) and tool.startswith("mcp__"):
         return mcp_capture(tool, payload.get("tool_input"), payload.get("tool_response"))
+    if tool == "BashOutput":
+        return background_capture(payload, data_dir)
     origin = TOOL_ORIGINS.get(tool) if isinstance(tool, str) else None
     if not origin:
         return None
@@ -2849,6 +2851,33 @@ def tool_capture(payload, data_dir=None):
             cap["files"], cap["op"] = list(dict.fromkeys(files))[:MAX_CAPTURE_FILES], FILE_OPS[tool]
             if cites:
                 cap["cites"] = cites
+    return cap
+
+
+def background_capture(payload, data_dir):
+    """A BashOutput result (a background command's output so far, with its command, status and
+    exit code) as that command's: a dev server's crash is an error like a failed command's,
+    linked to the run that fixed it; a command still running passes nothing yet. None without
+    a command or output."""
+    resp = payload.get("tool_response")
+    if not isinstance(resp, dict) or not isinstance(resp.get("command"), str) or not resp["command"].strip():
+        return None
+    status, code = str(resp.get("status") or "running")[:20], resp.get("exitCode")
+    failed = isinstance(code, int) and not isinstance(code, bool) and code != 0
+    cap = tool_capture(dict(payload, tool_name="Bash", tool_response={k: resp.get(k) for k in ("stdout", "stderr")},
+                            tool_input={"command": resp["command"], "description": "background, " + status + (
+                                f", exit {code}" if failed else "")}), data_dir)
+    if not cap or cap["text"].count("\n") == 0:
+        return None  # nothing printed: no news
+    # The call that started it ran its files already: a poll of its output is no new work on them.
+    cap["source"] = "tool:BashOutput"
+    cap.pop("files", None)
+    cap.pop("op", None)
+    if failed:
+        command, _, output = cap["text"].partition("\n")
+        cap.update(text=f"{command} [failed]\n{output}", failed=True)
+    elif status != "completed" or code is None:
+        cap.pop("command", None)  # still running: no pass that fixes an earlier failure
     return cap
 
 
@@ -9823,8 +9852,9 @@ def capture_entry(kind, payload, data_dir, at=None):
     if not cap:
         return None
     return with_turn(prepare_capture(cap["text"], cap["source"], cap["file"] if kind == "tool" else None, at,
-                                     sid, cap["origin"], cap.get("files"), cap.get("op"), kind == "failure",
-                                     cap.get("command"), cites=cap.get("cites")), payload)
+                                     sid, cap["origin"], cap.get("files"), cap.get("op"),
+                                     kind == "failure" or cap.get("failed") is True, cap.get("command"),
+                                     cites=cap.get("cites")), payload)
 
 
 def failed_capture(payload, data_dir):

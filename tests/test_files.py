@@ -630,6 +630,42 @@ def test_a_failed_command_is_captured_and_linked_to_the_run_that_passes_after_th
     assert ais.thread_outcomes(thread)[0]["files"] == ["src/parser.py"]
 
 
+def test_a_background_commands_crash_is_a_failure_the_next_run_fixes(project):
+    """BashOutput (Claude Code 2.0) brings a background command's output with its command, status
+    and exit code. A server that died is an error like a failed command's; one still running
+    passes nothing; the same command run again and passing fixes it."""
+    p = str(project)
+    bg = lambda resp: post_payload("BashOutput", {"bash_id": "08173f"}, dict(  # noqa: E731
+        {"shellId": "08173f", "command": "node server-supabase.js &", "stdoutLines": 1, "stderrLines": 1,
+         "timestamp": "2025-09-17T06:06:18.805Z"}, **resp), "s1", project)
+    hook("inject", prompt_payload("move the players API to the Supabase server", "s1", project), project)
+    hook("capture", post_payload("Read", {"file_path": p + "/server-supabase.js"},
+                                 {"file": {"content": "app.listen(2004)\n"}}, "s1", project), project)
+    hook("capture", bg({"status": "running", "exitCode": None, "stdout": "GamePlanPro server on :2004", "stderr": ""}),
+         project)
+    hook("capture", bg({"status": "completed", "exitCode": 1, "stdout": "", "stderr": "Error: listen EADDRINUSE: "
+                                                                                      "address already in use :::2004"}),
+         project)
+    hook("capture", bg({"status": "running", "exitCode": None, "stdout": "", "stderr": ""}), project)  # nothing new
+    hook("capture", post_payload("Edit", {"file_path": p + "/server-supabase.js", "old_string": "listen(2004)",
+                                          "new_string": "listen(process.env.PORT || 2005)"}, {}, "s1", project), project)
+    hook("capture", post_payload("Bash", {"command": "node server-supabase.js &"}, {"stdout": "listening on :2005"},
+                                 "s1", project), project)
+    mem = ais.open_memory(p)
+    mem.flush()
+    runs = [m for m in sorted(mem.msgs.values(), key=lambda m: m["id"]) if m["source"] == "tool:BashOutput"]
+    assert [m["text"].split("\n")[0] for m in runs] == [
+        "$ node server-supabase.js & (background, running)",
+        "$ node server-supabase.js & (background, completed, exit 1) [failed]"]
+    running, crashed = runs
+    assert "command" not in running and crashed["failed"] and "EADDRINUSE" in crashed["text"]
+    assert "files" not in crashed  # the call that started it ran them
+    assert mem.msgs[crashed["fixed_by"]]["text"].startswith("$ node server-supabase.js &\nlistening on :2005")
+    assert crashed["fixed_files"] == ["server-supabase.js"]
+    for resp in ({}, {"command": " "}, {"command": 3}, "text"):
+        assert ais.tool_capture(post_payload("BashOutput", {"bash_id": "x"}, resp, "s1", project), p + "/.ai") is None
+
+
 def test_the_change_that_fixed_a_failure_names_the_files_its_error_names_first():
     """Between the failure and the pass the session edited five files: the one the traceback
     names leads, then the others in order, three at most."""
