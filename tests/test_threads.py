@@ -343,7 +343,8 @@ def test_thread_topics_lean_on_what_people_said(project):
     assert topics.index("invoice") < topics.index("warning")
 
 
-def test_a_thread_a_short_prompt_started_is_retitled_by_the_first_real_one():
+def described_thread():
+    """A bare thread and add(text, source, origin): a message described into it as a capture is."""
     thread = {"title": "", "messages": [], "summary": ""}
 
     def add(text, source="prompt", origin="prompt"):
@@ -352,6 +353,11 @@ def test_a_thread_a_short_prompt_started_is_retitled_by_the_first_real_one():
         thread["title"] = thread["title"] or ext["title"]  # as _new_thread sets it
         thread["messages"].append(msg)
         ais.describe(thread, msg, ext)
+    return thread, add
+
+
+def test_a_thread_a_short_prompt_started_is_retitled_by_the_first_real_one():
+    thread, add = described_thread()
     add("$ npm run dev (Start the dev servers)\nvite ready", "tool:Bash", "command")
     assert thread["title"] == "Start the dev servers"
     add("/start-apps")
@@ -369,14 +375,7 @@ def test_a_thread_a_short_prompt_started_is_retitled_by_the_first_real_one():
 def test_an_approved_plan_names_a_thread_a_short_prompt_started():
     """"Let's ULTRATHINK more!" says nothing of the work; the plan the user then approved does.
     A prompt that names the work still wins over it; another short prompt or plan does not."""
-    thread = {"title": "", "messages": [], "summary": ""}
-
-    def add(text, source="prompt", origin="prompt"):
-        msg = {"id": f"m{len(thread['messages'])}", "ts": ais.iso(START), "source": source, "text": text}
-        ext = ais.EXTRACTOR.extract(text, origin)
-        thread["title"] = thread["title"] or ext["title"]  # as _new_thread sets it
-        thread["messages"].append(msg)
-        ais.describe(thread, msg, ext)
+    thread, add = described_thread()
     add("Let's ULTRATHINK more!")
     assert thread["title"] == "Let's ULTRATHINK more!" and thread["title_from"] == "short"
     add("I made the plan more robust. Here it is.", "assistant")
