@@ -3322,14 +3322,21 @@ def table_rows(text):
 def sentences_of(text):
     """An answer's sentences and lines, without its code blocks (unless it opens with one: a
     command's output shown as the answer) and the marks and emoji around them, nor the
-    agreement or apology before what a sentence says (_AGREE_RE); a table's rows (table_rows)."""
+    agreement or apology before what a sentence says (_AGREE_RE) or "I've successfully"
+    (_SUCCESS_RE); a table's rows (table_rows)."""
     text = text or ""
     text = _NUMBERED_RE.sub("", table_rows(text) if "|" in text else text)
     text = text.replace("```", "\n") if text.lstrip().startswith("```") else _FENCED_RE.sub("\n", text)
     out = (_EDGES_RE.sub("", x.replace("**", "")) for x in re.split(r"(?<=[.!?])\s+|\n+", text))
     # A rule of box-drawing characters around a word ("`★ Insight ─────`") is decoration.
     out = [x for x in out if x and 3 * sum(map(str.isalnum, x)) >= len(x)]
-    return [x[m.end()].upper() + x[m.end() + 1:] if (m := _AGREE_RE.match(x)) and m.end() < len(x) else x for x in out]
+    return [said_from(said_from(x, _AGREE_RE), _SUCCESS_RE) for x in out]
+
+
+def said_from(sentence, opener):
+    """`sentence` from where it says something, past the `opener` it starts with."""
+    m = opener.match(sentence)
+    return sentence[m.end()].upper() + sentence[m.end() + 1:] if m and m.end() < len(sentence) else sentence
 
 
 def resolution_of(text):
@@ -3368,6 +3375,8 @@ _AGREE_RE = LazyRe(r"(?:you(?:'re|’re| are) (?:absolutely |completely |totally
                    r"(?: (?:the|this|what|how|why) \w+(?: \w+)?)?(?: clearly| now)?|"
                    r"(?:maintenant,? )?je (?:comprends|vois) (?:mieux|maintenant)|ahora (?:entiendo|lo veo)(?: mejor)?)"
                    r"(?=[ \t]*[.!:]))\b[ \t]*(?:[,.!:;—–-][ \t]*)*", re.I)
+# "I've successfully implemented the export": what was done is the rest ("Implemented the export").
+_SUCCESS_RE = LazyRe(r"i(?:'ve|’ve| have) (?:now |just )?successfully[ \t]+(?=\w)", re.I)
 # A short sentence that only leads into the list or summary below it ("Here's the full summary:",
 # "Changes Made", "What was done"): the list says what was done, the lead-in does not.
 _LEADIN_RE = LazyRe(r"(?:here(?:'s|’s| is| are)|below is|(?:a |the )?(?:full |quick |brief )?summary|overview|"

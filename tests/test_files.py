@@ -954,6 +954,12 @@ def test_a_conclusion_skips_cheers_and_announcements():
     assert ais.conclusion_of("Now I can see the problem clearly: the worker never flushes.") == "The worker never flushes."
     assert ais.conclusion_of("Ahora entiendo. El caché nunca se vaciaba.") == "El caché nunca se vaciaba."
     assert ais.conclusion_of("Je comprends mieux : le cache n'était jamais vidé.") == "Le cache n'était jamais vidé."
+    # Nor "I've successfully": what was done is the rest of the sentence.
+    assert ais.conclusion_of("Perfect! I've successfully fixed all the color contrast issues in the dark theme.") == \
+        "Fixed all the color contrast issues in the dark theme."
+    assert ais.conclusion_of("I have now successfully implemented the fix for issue #365.") == \
+        "Implemented the fix for issue #365."
+    assert ais.conclusion_of("I've successfully.") == "I've successfully."  # nothing else to say
     # A finding said with "I see" is kept.
     assert ais.conclusion_of("I see the download already uses the MarkUpGo API.") == \
         "I see the download already uses the MarkUpGo API."
