@@ -422,6 +422,8 @@ MAX_CAPTURE_FILES, FILE_PATH_CHARS = 12, 300
 PLAN_MARK, PLAN_HEAD_CHARS, ANSWER_CHARS = "Plan approved: ", 200, 300
 # Characters of an MCP call's arguments kept, and of a JSON result's prose read (prose_of).
 MCP_ARGS_CHARS, MCP_PROSE_CHARS = 300, 4000
+# Characters of a background task's description kept when it names a run whose command is unknown.
+BACKGROUND_LABEL_CHARS = 100
 # The source of a background task's notification (task_notice), sent as a prompt.
 NOTICE_SOURCE = "tool:TaskNotification"
 # Characters of a tool's answer text read for the user's answers (older clients).
@@ -2770,7 +2772,7 @@ def tool_capture(payload, data_dir=None):
     tool = payload.get("tool_name")
     if isinstance(tool, str) and tool.startswith("mcp__"):
         return mcp_capture(tool, payload.get("tool_input"), payload.get("tool_response"))
-    if tool == "BashOutput":
+    if tool in ("BashOutput", "TaskOutput"):
         return background_capture(payload, data_dir)
     origin = TOOL_ORIGINS.get(tool) if isinstance(tool, str) else None
     if not origin:
@@ -2855,30 +2857,84 @@ def tool_capture(payload, data_dir=None):
 
 
 def background_capture(payload, data_dir):
-    """A BashOutput result (a background command's output so far, with its command, status and
-    exit code) as that command's: a dev server's crash is an error like a failed command's,
-    linked to the run that fixed it; a command still running passes nothing yet. None without
-    a command or output."""
+    """A background command's output so far, with its status and exit code, as that command's
+    run: BashOutput (Claude Code 2.0, which names the command) or TaskOutput (2.1, which names
+    the task: its command is the one the transcript's Bash call started, see background_command();
+    the importer, which saw that call, passes it in the input). A dev server's crash is an error
+    like a failed command's, linked to the run that fixed it; a command still running passes
+    nothing yet. A command unknown, the task's description names the run and nothing links to it.
+    None for a subagent's task (its report comes with its notification, task_notice()) and
+    without a command, description or output."""
     resp = payload.get("tool_response")
-    if not isinstance(resp, dict) or not isinstance(resp.get("command"), str) or not resp["command"].strip():
+    if payload.get("tool_name") == "TaskOutput":
+        task = resp.get("task") if isinstance(resp, dict) else None
+        if not isinstance(task, dict) or task.get("task_type") != "local_bash":
+            return None
+        inp = payload.get("tool_input") if isinstance(payload.get("tool_input"), dict) else {}
+        command = inp.get("command") if isinstance(inp.get("command"), str) else \
+            background_command(payload.get("transcript_path"), task.get("task_id"))
+        resp = dict(task, command=command, stdout=task.get("output"))
+    if not isinstance(resp, dict):
         return None
+    command = resp.get("command") if isinstance(resp.get("command"), str) and resp["command"].strip() else None
+    label = resp.get("description") if isinstance(resp.get("description"), str) else ""
     status, code = str(resp.get("status") or "running")[:20], resp.get("exitCode")
     failed = isinstance(code, int) and not isinstance(code, bool) and code != 0
-    cap = tool_capture(dict(payload, tool_name="Bash", tool_response={k: resp.get(k) for k in ("stdout", "stderr")},
-                            tool_input={"command": resp["command"], "description": "background, " + status + (
-                                f", exit {code}" if failed else "")}), data_dir)
+    state = "background, " + status + (f", exit {code}" if failed else "")
+    out = {k: resp.get(k) if isinstance(resp.get(k), str) else "" for k in ("stdout", "stderr")}
+    if command:
+        cap = tool_capture(dict(payload, tool_name="Bash", tool_response=out,
+                                tool_input={"command": command, "description": state}), data_dir)
+    elif label.strip():
+        output = "\n".join(out.values()).strip()
+        cap = {"text": f"{cut_redacted(' '.join(label.split()), BACKGROUND_LABEL_CHARS)} ({state})\n"
+                       f"{head_tail(output, 900, 600)}".strip(), "origin": TOOL_ORIGINS["Bash"], "file": None}
+    else:
+        return None
     if not cap or cap["text"].count("\n") == 0:
         return None  # nothing printed: no news
     # The call that started it ran its files already: a poll of its output is no new work on them.
-    cap["source"] = "tool:BashOutput"
+    cap["source"] = f"tool:{payload.get('tool_name')}"
     cap.pop("files", None)
     cap.pop("op", None)
-    if failed:
+    if failed and command:
         command, _, output = cap["text"].partition("\n")
         cap.update(text=f"{command} [failed]\n{output}", failed=True)
     elif status != "completed" or code is None:
         cap.pop("command", None)  # still running: no pass that fixes an earlier failure
     return cap
+
+
+# A background task's id as Claude Code makes one ("b6fj1qje4"): nothing else is looked up.
+_TASK_ID_RE = LazyRe(r"[A-Za-z0-9_-]{1,64}")
+
+
+def background_command(path, task_id):
+    """The command of background task `task_id`, from the end of the transcript at `path`: the
+    Bash call whose result carries that backgroundTaskId. None when it is not there."""
+    if not isinstance(task_id, str) or not _TASK_ID_RE.fullmatch(task_id):
+        return None
+    needle, call = task_id.encode(), None
+    for line in reversed(transcript_tail(path, TRANSCRIPT_TAIL_BYTES)):
+        if needle not in line:
+            continue  # most lines: no JSON parsed
+        rec = json_record(line)
+        msg = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+        parts = [p for p in msg.get("content") or [] if isinstance(p, dict)] if isinstance(msg.get("content"), list) \
+            else []
+        if call is None:
+            result = rec.get("toolUseResult")
+            if isinstance(result, dict) and result.get("backgroundTaskId") == task_id:
+                call = next((p.get("tool_use_id") for p in parts if p.get("type") == "tool_result"), None)
+                if not isinstance(call, str) or not call:
+                    return None
+                needle = call.encode()
+            continue
+        for p in parts:
+            inp = p.get("input") if isinstance(p.get("input"), dict) else {}
+            if p.get("type") == "tool_use" and p.get("id") == call and isinstance(inp.get("command"), str):
+                return inp["command"] if inp["command"].strip() else None
+    return None
 
 
 # MCP tools that drive a page or an app's window (Playwright's browser_click, a computer-use
@@ -6097,11 +6153,12 @@ def import_text(value):
 
 class _Turns:
     """What the parsers share: the session and turn in force, the tool calls awaiting their
-    result, and the answer pending until the next prompt (the last message of a turn)."""
+    result, the commands of background tasks, and the answer pending until the next prompt (the
+    last message of a turn)."""
 
     def __init__(self, stats, session=None, cwd=None):
         self.stats, self.session, self.cwd = stats, session, cwd
-        self.turn, self.calls, self.answer = None, {}, None
+        self.turn, self.calls, self.answer, self.background = None, {}, None, {}
 
     def base(self, at, session=None, cwd=None, turn=None):
         return {"session_id": session or self.session, "cwd": cwd or self.cwd, "at": at,
@@ -6144,7 +6201,13 @@ class _Turns:
         if name is None:
             self.stats["skipped"] += 1
             return []
-        payload = dict(base, tool_name=name, tool_input=inp if isinstance(inp, dict) else {}, tool_use_id=call_id)
+        inp = inp if isinstance(inp, dict) else {}
+        task = response.get("backgroundTaskId") if isinstance(response, dict) else None
+        if name == "Bash" and isinstance(task, str) and isinstance(inp.get("command"), str):
+            self.background[task] = inp["command"]  # what a TaskOutput of that task ran (background_capture)
+        elif name == "TaskOutput" and isinstance(inp.get("task_id"), str) and inp["task_id"] in self.background:
+            inp = dict(inp, command=self.background[inp["task_id"]])
+        payload = dict(base, tool_name=name, tool_input=inp, tool_use_id=call_id)
         if error is not None:
             return [("failure", dict(payload, error=error if isinstance(error, str) else json.dumps(error)))]
         return [("tool", dict(payload, tool_response=response))]
@@ -10097,29 +10160,38 @@ _DECISION_RE = LazyRe(r"\b(decided|decision|we will|we'll|let's|chose|chosen|goi
                           r"settled on|agreed|décid\w*|on va|choisi|decidi\w*|vamos a|elegi\w*)\b", re.I)
 
 
-def transcript_texts(path, max_bytes=TRANSCRIPT_TAIL_BYTES):
-    """(role, text) of the main conversation, from the end of a transcript. The format is
-    internal to Claude Code: unknown records and unreadable lines are skipped."""
-    out = []
+def transcript_tail(path, max_bytes):
+    """The whole lines of the last `max_bytes` of a transcript (bytes); [] when unreadable."""
     try:
         if not isinstance(path, str) or not os.path.isfile(path):
-            return out
+            return []
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - max_bytes))
             data = fh.read(max_bytes)
     except (OSError, ValueError):  # /proc files, a path with NUL, a file gone meanwhile
-        return out
+        return []
     lines = data.split(b"\n")
-    if size > max_bytes:
-        lines = lines[1:]  # the first line is cut
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            continue
-        if not isinstance(rec, dict) or rec.get("type") not in ("user", "assistant") or rec.get("isSidechain"):
+    return lines[1:] if size > max_bytes else lines  # the first line is cut
+
+
+def json_record(line):
+    """One JSON object line of a transcript; {} for anything else."""
+    try:
+        rec = json.loads(line)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return {}
+    return rec if isinstance(rec, dict) else {}
+
+
+def transcript_texts(path, max_bytes=TRANSCRIPT_TAIL_BYTES):
+    """(role, text) of the main conversation, from the end of a transcript. The format is
+    internal to Claude Code: unknown records and unreadable lines are skipped."""
+    out = []
+    for line in transcript_tail(path, max_bytes):
+        rec = json_record(line)
+        if rec.get("type") not in ("user", "assistant") or rec.get("isSidechain"):
             continue
         msg = rec.get("message")
         content = msg.get("content") if isinstance(msg, dict) else None

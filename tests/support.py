@@ -230,6 +230,24 @@ def post_payload(tool, tool_input, tool_response, session=SESSION, project=None)
                 tool_response=tool_response, tool_use_id=f"toolu_{next(_TOOL_USE_IDS):04d}", duration_ms=5)
 
 
+def turn_records(common, prompt, calls):
+    """Claude Code transcript records of one turn, as the client writes them: the prompt, then per
+    call (id, tool name, input, the tool_result's content, the client's toolUseResult, is_error)
+    the assistant's tool_use and the user record that carries its result. `common`: the fields
+    every record has (sessionId, cwd, version...)."""
+    records = [dict(common, type="user", uuid="u0", timestamp="2026-11-20T10:00:00.000Z", promptId="p1",
+                    message={"role": "user", "content": prompt})]
+    for i, (cid, name, inp, content, result, error) in enumerate(calls):
+        records += [dict(common, type="assistant", uuid=f"a{i}", timestamp=f"2026-11-20T10:{i + 1:02d}:00.000Z",
+                         message={"id": f"m{i}", "role": "assistant", "content": [
+                             {"type": "tool_use", "id": cid, "name": name, "input": inp}]}),
+                    dict(common, type="user", uuid=f"r{i}", timestamp=f"2026-11-20T10:{i + 1:02d}:30.000Z",
+                         promptId="p1", toolUseResult=result, sourceToolAssistantUUID=f"a{i}",
+                         message={"role": "user", "content": [
+                             {"type": "tool_result", "tool_use_id": cid, "content": content, "is_error": error}]})]
+    return records
+
+
 def bash_payload(marker, i=0, session=SESSION, project=None):
     """A PostToolUse of Bash shaped like fixtures/PostToolUse_Bash.json, carrying `marker`."""
     return dict(post_payload("Bash", {"command": f"python -m pytest tests/test_parser_{i}.py",

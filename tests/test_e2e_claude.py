@@ -196,6 +196,34 @@ def test_a_search_the_client_runs_is_kept_with_what_it_found(sandbox):
     assert search["files"] == ["src/billing.py"] and search["op"] == "search"
 
 
+def test_a_background_commands_crash_read_with_task_output_is_kept_as_that_commands_failure(sandbox):
+    """2.1.197 polls a background command with TaskOutput, whose result names the task (its id and
+    description), not the command: the capture finds the command in the client's own transcript,
+    so the crash is that command's failure, for its next passing run to fix."""
+    box = sandbox
+    command = "sleep 1; echo 'Error: listen EADDRINUSE: address already in use :::4000' >&2; exit 1"
+
+    def poll(body):
+        started = [r for r in tool_results(body) if r["tool_use_id"] == "toolu_bg"]
+        task = re.search(r"with ID: (\w+)", started[0]["text"]).group(1)
+        return tool_use("TaskOutput", {"task_id": task, "block": True, "timeout": 30000}, id="toolu_poll")
+    turns = [tool_use("Bash", {"command": command, "description": "Start the API server", "run_in_background": True},
+                      id="toolu_bg"), poll, FINAL]
+    with FakeAnthropic(turns) as api:
+        bodies = run_ok(box, api, "start the API server in the background", "--allowedTools", "TaskOutput")
+    polled = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_poll"]
+    assert polled and "EADDRINUSE" in polled[0]["text"], polled
+
+    def crashes():
+        done = box.cli("export")
+        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
+        return [m for t in threads for m in t["messages"] if m.get("source") == "tool:TaskOutput"]
+    assert wait_for(crashes, timeout=90), crashes()
+    [crash] = crashes()
+    assert crash["text"].startswith(f"$ {command} (background, failed, exit 1) [failed]\n"), crash
+    assert "EADDRINUSE" in crash["text"] and crash["failed"] and crash["command"] == command
+
+
 def test_a_session_in_a_git_worktree_shares_the_projects_memory(sandbox):
     """`claude --worktree` works in .claude/worktrees/<name>/ and gives the hooks that folder as
     CLAUDE_PROJECT_DIR and cwd; with the settings committed the hooks fire there. Its files are

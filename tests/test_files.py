@@ -10,7 +10,7 @@ import pytest
 
 import ai_smartness as ais
 from conftest import hook
-from support import ROOT, post_payload, prompt_payload, start_payload, stop_payload
+from support import ROOT, post_payload, prompt_payload, start_payload, stop_payload, turn_records
 
 
 def test_a_path_is_made_relative_to_the_project_and_never_leaves_it():
@@ -664,6 +664,53 @@ def test_a_background_commands_crash_is_a_failure_the_next_run_fixes(project):
     assert crashed["fixed_files"] == ["server-supabase.js"]
     for resp in ({}, {"command": " "}, {"command": 3}, "text"):
         assert ais.tool_capture(post_payload("BashOutput", {"bash_id": "x"}, resp, "s1", project), p + "/.ai") is None
+
+
+def test_a_background_task_read_with_task_output_is_its_commands_run(project):
+    """TaskOutput (Claude Code 2.1) names the task, not the command: the command is the one the
+    transcript's Bash call started (shapes of 2.1.197). Its crash is that command's failure, fixed
+    by its next passing run; with the call not in the transcript, the task's description names
+    the run and nothing is linked; a subagent's task is not kept (its notification brings the report)."""
+    p = str(project)
+    command = "node server.js"
+    task = lambda tid, status, code, output, kind="local_bash": post_payload("TaskOutput", {  # noqa: E731
+        "task_id": tid, "block": False, "timeout": 3000}, {"retrieval_status": "success" if code is not None else
+                                                           "not_ready", "task": {
+            "task_id": tid, "task_type": kind, "status": status, "description": "Start the API server",
+            "output": output, "exitCode": code}}, "s1", project)
+    started = {"stdout": "", "stderr": "", "interrupted": False, "isImage": False, "noOutputExpected": False,
+               "backgroundTaskId": "b6fj1qje4"}
+    common = {"isSidechain": False, "userType": "external", "cwd": p, "sessionId": "s1", "version": "2.1.197"}
+    records = turn_records(common, "start the API server", [
+        ("toolu_bg", "Bash", {"command": command, "description": "Start the API server", "run_in_background": True},
+         "Command running in background with ID: b6fj1qje4.", started, False)])
+    (project / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    hook("inject", prompt_payload("start the API server", "s1", project), project)
+    hook("capture", post_payload("Bash", {"command": command, "run_in_background": True}, started, "s1", project),
+         project)
+    hook("capture", task("b6fj1qje4", "running", None, "API on :4000\n"), project)
+    hook("capture", task("b6fj1qje4", "failed", 1, "Error: listen EADDRINUSE: address already in use :::4000\n"),
+         project)
+    hook("capture", task("b9unknown", "failed", 1, "Error: Cannot find module 'express'\n"), project)
+    hook("capture", task("a1agent", "completed", 0, "The audit found two issues.", "local_agent"), project)
+    hook("capture", post_payload("Bash", {"command": command}, {"stdout": "API on :4001"}, "s1", project), project)
+    mem = ais.open_memory(p)
+    mem.flush()
+    runs = [m for m in sorted(mem.msgs.values(), key=lambda m: m["id"]) if m["source"] == "tool:TaskOutput"]
+    assert [m["text"].split("\n")[0] for m in runs] == [
+        "$ node server.js (background, running)", "$ node server.js (background, failed, exit 1) [failed]",
+        "Start the API server (background, failed, exit 1)"]
+    running, crashed, unknown = runs
+    assert "command" not in running and "files" not in crashed and "EADDRINUSE" in crashed["text"]
+    assert mem.msgs[crashed["fixed_by"]]["text"].startswith("$ node server.js\nAPI on :4001")
+    assert "Cannot find module" in unknown["text"] and not unknown.get("failed") and "command" not in unknown
+    for resp in ({}, {"task": "x"}, {"task": {"task_type": "local_bash", "output": "x"}},
+                 {"task": {"task_type": "local_bash", "task_id": ["b6fj1qje4"], "description": " ", "output": "x"}}):
+        assert ais.tool_capture(post_payload("TaskOutput", {"task_id": 3}, resp, "s1", project), p + "/.ai") is None
+    for path in (None, p + "/missing.jsonl", p, "/proc/self/mem"):  # the lookup fails quietly
+        assert ais.background_command(path, "b6fj1qje4") is None
+    assert ais.background_command(p + "/t.jsonl", "b6fj1qje4") == command
+    assert ais.background_command(p + "/t.jsonl", "b6fj1qje4\"") is None
 
 
 def test_the_change_that_fixed_a_failure_names_the_files_its_error_names_first():

@@ -10,7 +10,7 @@ import pytest
 
 import ai_smartness as ai
 from conftest import cli, cli_json
-from support import installed_hook, shared_path, stop_daemons, unavailable
+from support import installed_hook, shared_path, stop_daemons, turn_records, unavailable
 
 TRANSCRIPTS = ("fixtures", "claude-code", "transcripts")
 
@@ -470,15 +470,7 @@ def test_an_imported_session_keeps_the_plans_approved_and_the_choices_made(proje
              ("toolu_p2", "ExitPlanMode", {"plan": "# Plan: Protect routes in middleware.ts\n1. Add a matcher"},
               "User has approved your plan.", {"plan": "# Plan: Protect routes in middleware.ts\n1. Add a matcher",
                                                "isAgent": False}, False)]
-    records = [dict(common, type="user", uuid="u0", timestamp="2026-11-20T10:00:00.000Z", promptId="p1",
-                    message={"role": "user", "content": "protect the routes that need an account"})]
-    for i, (cid, name, inp, content, result, error) in enumerate(calls):
-        records += [dict(common, type="assistant", uuid=f"a{i}", timestamp=f"2026-11-20T10:0{i + 1}:00.000Z",
-                         message={"id": f"m{i}", "role": "assistant", "content": [
-                             {"type": "tool_use", "id": cid, "name": name, "input": inp}]}),
-                    dict(common, type="user", uuid=f"r{i}", timestamp=f"2026-11-20T10:0{i + 1}:30.000Z",
-                         promptId="p1", toolUseResult=result, message={"role": "user", "content": [
-                             {"type": "tool_result", "tool_use_id": cid, "content": content, "is_error": error}]})]
+    records = turn_records(common, "protect the routes that need an account", calls)
     path = tmp_path / "s-plan.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     assert imported(project, path, fmt="claude-jsonl")["stored"] == 3
@@ -487,6 +479,31 @@ def test_an_imported_session_keeps_the_plans_approved_and_the_choices_made(proje
                       "Plan approved: Protect routes in middleware.ts": "assistant",
                       "Auth scope: chose All but landing (Everything except / and /signin). "
                       "Question: Which routes need sign-in?": "tool:AskUserQuestion"}, stored
+
+
+def test_an_imported_background_commands_output_is_that_commands_run(project, tmp_path):
+    """Claude Code 2.1 records (shapes of 2.1.197): a command started in the background, its output
+    read with TaskOutput, which names only the task: the import, which saw the call, knows it."""
+    common = {"isSidechain": False, "userType": "external", "cwd": str(project), "sessionId": "s-bg",
+              "version": "2.1.197"}
+    command = "npm run dev"
+    started = ("Command running in background with ID: b4e25ff. Output is being written to: /tmp/claude-0/t/tasks/"
+               "b4e25ff.output. You will be notified when it completes.")
+    crashed = {"task_id": "b4e25ff", "task_type": "local_bash", "status": "failed", "description": "Start the dev server",
+               "output": "Error: listen EADDRINUSE: address already in use :::3000\n", "exitCode": 1}
+    calls = [("toolu_bg", "Bash", {"command": command, "description": "Start the dev server", "run_in_background": True},
+              started, {"stdout": "", "stderr": "", "interrupted": False, "isImage": False,
+                        "noOutputExpected": False, "backgroundTaskId": "b4e25ff"}, False),
+             ("toolu_poll", "TaskOutput", {"task_id": "b4e25ff", "block": True, "timeout": 30000},
+              "<retrieval_status>success</retrieval_status>\n\n<task_id>b4e25ff</task_id>",
+              {"retrieval_status": "success", "task": crashed}, False)]
+    path = tmp_path / "s-bg.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in turn_records(common, "start the dev server", calls)),
+                    encoding="utf-8")
+    assert imported(project, path, fmt="claude-jsonl")["stored"] == 3
+    [crash] = [m for m in exported(project) if m["source"] == "tool:TaskOutput"]
+    assert crash["text"].startswith("$ npm run dev (background, failed, exit 1) [failed]\nError: listen EADDRINUSE")
+    assert crash["failed"] and crash["command"] == command
 
 
 def test_secrets_are_redacted_on_import(project, tmp_path):
