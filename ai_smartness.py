@@ -162,7 +162,7 @@ TOOL_ORIGINS = {
     "Read": "file_read", "Write": "file_write", "Edit": "file_write", "MultiEdit": "file_write",
     "NotebookEdit": "file_write", "Bash": "command", "Task": "task", "Agent": "task",
     "WebFetch": "fetch", "WebSearch": "fetch", "Grep": "file_read",
-    "ExitPlanMode": "plan", "AskUserQuestion": "plan",
+    "ExitPlanMode": "plan", "AskUserQuestion": "plan", "ReportFindings": "task",
 }
 # Tools that keep the agent's task list (TodoWrite before Claude Code 2.1, TaskCreate and
 # TaskUpdate since; Gemini CLI's write_todos is read as TodoWrite): no memory of their own, but
@@ -411,7 +411,7 @@ ERROR_LINE_CHARS = 300
 # -- files in play --
 # What a tool did to the files it names (tool_capture); "mention": a prompt or answer names it.
 FILE_OPS = {"Read": "read", "Write": "write", "Edit": "edit", "MultiEdit": "edit", "NotebookEdit": "edit",
-            "Bash": "run", "Grep": "search"}
+            "Bash": "run", "Grep": "search", "ReportFindings": "mention"}
 # A search matching more files than this says little about any one of them: none is recorded
 # as searched (the capture keeps the list).
 SEARCH_FILES = 5
@@ -424,6 +424,8 @@ PLAN_MARK, PLAN_HEAD_CHARS, ANSWER_CHARS = "Plan approved: ", 200, 300
 MCP_ARGS_CHARS, MCP_PROSE_CHARS = 300, 4000
 # Characters of a background task's description kept when it names a run whose command is unknown.
 BACKGROUND_LABEL_CHARS = 100
+# Findings of a code review kept, and characters of a finding's defect and of how it fails.
+REVIEW_FINDINGS, FINDING_CHARS = 12, 300
 # The source of a background task's notification (task_notice), sent as a prompt.
 NOTICE_SOURCE = "tool:TaskNotification"
 # Characters of a tool's answer text read for the user's answers (older clients).
@@ -2836,6 +2838,10 @@ def tool_capture(payload, data_dir=None):
         text = answered_questions(inp, resp)
         if not text:
             return None
+    elif tool == "ReportFindings":
+        text, files = review_findings(inp, resp, project)
+        if not text:
+            return None
     else:  # WebFetch, WebSearch
         target = inp.get("url") or inp.get("query") or ""
         text = f"{tool} {target}: {shorten(str(inp.get('prompt') or ''), 200)}\n" \
@@ -2846,7 +2852,7 @@ def tool_capture(payload, data_dir=None):
     if tool == "Bash" and key:
         cap["command"] = key  # the same command run again after a failure tells whether it was fixed
     if project and tool in FILE_OPS:
-        files = files if tool == "Grep" else [rel] if rel else [] if path else [
+        files = files if tool in ("Grep", "ReportFindings") else [rel] if rel else [] if path else [
             f for f in (project_relpath(x, project, cwd) for x in _command_paths(
                 str(inp.get("command") or ""), cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None)) if f]
         if files:
@@ -3064,6 +3070,36 @@ def _search_capture(inp, resp, project, cwd):
     pattern = shorten(redact(str(inp.get("pattern") or "")), 200)
     text = f"Searched {rel(where) or where or 'the project'} for `{pattern}`{scope}:\n{head_tail(out, 900, 300)}"
     return text, files[:MAX_CAPTURE_FILES] if len(files) <= SEARCH_FILES else []
+
+
+def review_findings(inp, resp, project):
+    """A code review's verified findings (ReportFindings, Claude Code 2.1), most severe first -> (text,
+    files): a line each with its place, the defect, how it fails, the verdict and, when reported
+    again after fixes, what became of it; the files are the findings' (repo-relative, so taken as
+    project paths). (None, []) without a finding: a clean review names nothing to remember."""
+    found = resp.get("findings") if isinstance(resp, dict) else None
+    found = found if isinstance(found, list) else inp.get("findings")
+    lines, files = [], []
+    for f in found[:REVIEW_FINDINGS] if isinstance(found, list) else ():
+        summary = f.get("summary") if isinstance(f, dict) else None
+        if not isinstance(summary, str) or not summary.strip():
+            continue
+        path = f["file"] if isinstance(f.get("file"), str) else ""
+        rel = project_relpath(path, project) if project and path else None
+        line = f.get("line") if isinstance(f.get("line"), int) and not isinstance(f.get("line"), bool) else None
+        place = cut_redacted(rel or path, FILE_PATH_CHARS) + (f":{line}" if line else "") if path else ""
+        how = f.get("failure_scenario")
+        state = ", ".join(f[k].lower() for k in ("verdict", "outcome") if isinstance(f.get(k), str) and f[k].strip())
+        said = cut_redacted(" ".join(summary.split()), FINDING_CHARS)
+        if isinstance(how, str) and how.strip():
+            said += ("" if said[-1] in ".!?…" else ".") + f" Fails: {cut_redacted(' '.join(how.split()), FINDING_CHARS)}"
+        lines.append("- " + (place + ": " if place else "") + said + (f" ({cut_redacted(state, 40)})" if state else ""))
+        files += [rel] if rel else []
+    if not lines:
+        return None, []
+    level = inp.get("level") if isinstance(inp.get("level"), str) and inp["level"].isalpha() else ""
+    return f"Review findings{' (' + level[:10] + ')' if level else ''}:\n" + "\n".join(lines), \
+        list(dict.fromkeys(files))[:MAX_CAPTURE_FILES]
 
 
 def task_lists(doc):

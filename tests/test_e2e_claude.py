@@ -224,6 +224,29 @@ def test_a_background_commands_crash_read_with_task_output_is_kept_as_that_comma
     assert "EADDRINUSE" in crash["text"] and crash["failed"] and crash["command"] == command
 
 
+def test_a_code_reviews_findings_the_client_reports_are_kept_with_their_files(sandbox):
+    """2.1.197's ReportFindings (a review's verified findings) reaches the capture hook: each finding
+    is kept with its place and its project file is recorded."""
+    box = sandbox
+    box.write("src/billing.py", "def invoice_total(rows):\n    return sum(rows) / len(rows)\n")
+    finding = {"file": "src/billing.py", "line": 2, "summary": "invoice_total divides by zero on an empty invoice",
+               "failure_scenario": "invoice_total([]) raises ZeroDivisionError", "verdict": "CONFIRMED"}
+    turns = [tool_use("ReportFindings", {"level": "high", "findings": [finding]}, id="toolu_review"), FINAL]
+    with FakeAnthropic(turns) as api:
+        bodies = run_ok(box, api, "review src/billing.py", "--allowedTools", "ReportFindings")
+    reported = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_review"]
+    assert reported and not reported[0]["is_error"], reported
+
+    def reviews():
+        done = box.cli("export")
+        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
+        return [m for t in threads for m in t["messages"] if m.get("source") == "tool:ReportFindings"]
+    assert wait_for(reviews, timeout=90), reviews()
+    [review] = reviews()
+    assert review["text"].startswith("Review findings (high):\n- src/billing.py:2: invoice_total divides by zero"), review
+    assert review["files"] == ["src/billing.py"]
+
+
 def test_a_session_in_a_git_worktree_shares_the_projects_memory(sandbox):
     """`claude --worktree` works in .claude/worktrees/<name>/ and gives the hooks that folder as
     CLAUDE_PROJECT_DIR and cwd; with the settings committed the hooks fire there. Its files are

@@ -713,6 +713,34 @@ def test_a_background_task_read_with_task_output_is_its_commands_run(project):
     assert ais.background_command(p + "/t.jsonl", "b6fj1qje4\"") is None
 
 
+def test_a_code_reviews_findings_are_kept_with_their_files(project):
+    """ReportFindings (Claude Code 2.1's code review; its shape in 2.1.197): a line each verified
+    finding, with its place, defect, failure and verdict; the findings' project files are recorded
+    as named, not worked on, and a later prompt about one brings its finding back. A review without
+    a finding is not kept."""
+    p = str(project)
+    findings = [{"file": "src/billing.py", "line": 2, "summary": "invoice_total crashes on an empty invoice",
+                 "failure_scenario": "invoice_total([]) raises ZeroDivisionError", "verdict": "CONFIRMED"},
+                {"file": "/etc/passwd", "summary": "Reads a file outside the project.", "verdict": "PLAUSIBLE",
+                 "outcome": "skipped"},
+                {"file": "src/api.py", "summary": "  "}]
+    hook("inject", prompt_payload("review the billing module", "s1", project), project)
+    hook("capture", post_payload("ReportFindings", {"level": "high", "findings": findings},
+                                 {"count": 3, "level": "high", "findings": findings}, "s1", project), project)
+    mem = ais.open_memory(p)
+    mem.flush()
+    [review] = [m for m in mem.msgs.values() if m["source"] == "tool:ReportFindings"]
+    assert review["text"] == ("Review findings (high):\n- src/billing.py:2: invoice_total crashes on an empty invoice. "
+                              "Fails: invoice_total([]) raises ZeroDivisionError (confirmed)\n"
+                              "- /etc/passwd: Reads a file outside the project. (plausible, skipped)")
+    assert review["files"] == ["src/billing.py"] and review["op"] == "mention"
+    out = hook("inject", prompt_payload("fix invoice_total in src/billing.py", "s2", project), project)
+    assert "invoice_total crashes on an empty invoice" in json.loads(out.stdout)["hookSpecificOutput"]["additionalContext"]
+    for inp, resp in (({"findings": []}, {"count": 0, "findings": []}), ({"findings": "x"}, "1 finding reported."),
+                      ({}, {"findings": [3, {"summary": 4}, {"file": 5, "summary": ""}]})):
+        assert ais.tool_capture(post_payload("ReportFindings", inp, resp, "s1", project), p + "/.ai") is None
+
+
 def test_the_change_that_fixed_a_failure_names_the_files_its_error_names_first():
     """Between the failure and the pass the session edited five files: the one the traceback
     names leads, then the others in order, three at most."""

@@ -29,7 +29,7 @@ INSTALL = ROOT / "install.sh"
 MARKER = "# ai_smartness"
 HOOKS = hook_events()
 MATCHERS = {"PreToolUse": "Read",
-            "PostToolUse": "Read|Write|Edit|MultiEdit|NotebookEdit|Bash|Grep|Task|Agent|WebFetch|WebSearch|BashOutput|TaskOutput|ExitPlanMode|AskUserQuestion|TodoWrite|TaskCreate|TaskUpdate|mcp__.*",
+            "PostToolUse": "Read|Write|Edit|MultiEdit|NotebookEdit|Bash|Grep|Task|Agent|WebFetch|WebSearch|BashOutput|TaskOutput|ExitPlanMode|AskUserQuestion|ReportFindings|TodoWrite|TaskCreate|TaskUpdate|mcp__.*",
             "PostToolUseFailure": "Bash"}
 
 # A user's settings: own formatting, a foreign hook, foreign keys. Uninstall must give these bytes back.
