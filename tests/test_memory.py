@@ -174,7 +174,8 @@ def test_full_thread_continues_in_a_child_instead_of_dropping(project, monkeypat
     monkeypatch.setattr(ais, "MAX_THREAD_MESSAGES", 5)
     mem = ais.open_memory(str(project))
     for i in range(12):
-        mem.capture(f"kafka consumer lag investigation step {i}")
+        mem.capture(f"kafka consumer lag investigation step {i}", source="prompt" if i == 0 else "tool:Bash",
+                    origin=None if i == 0 else "command")
     assert len(mem.msgs) == 12
     assert all(len(t["messages"]) <= 5 for t in mem.threads.values())
     # One chain of continuations (5 + 5 + 2), not a new child for each capture that matched the
@@ -185,6 +186,13 @@ def test_full_thread_continues_in_a_child_instead_of_dropping(project, monkeypat
     third = mem.threads[second["continued_in"]]
     assert third["parent_id"] == second["id"] and second["parent_id"] == first["id"]
     assert first["title"] == second["title"] == third["title"] == "kafka consumer lag investigation step 0"
+    # Until a prompt says what the work went on to: a short question does not, the next task does.
+    for prompt in ("is the lag back?", "kafka consumer lag: rebalance the partitions across the brokers"):
+        mem.capture(prompt)
+    assert {m["text"] for m in third["messages"][-2:]} == {"is the lag back?", "kafka consumer lag: rebalance the partitions "
+                                                                    "across the brokers"}
+    assert third["title"] == "kafka consumer lag: rebalance the partitions across the brokers"
+    assert first["title"] == second["title"] == "kafka consumer lag investigation step 0"
     mem.forget(third["id"])  # a forgotten continuation: the next overflow makes another
     again = ais.open_memory(str(project))
     again.ensure_loaded()
