@@ -990,6 +990,10 @@ def test_the_briefing_names_the_topics_that_tell_work_streams_apart():
     assert "- stream 2 (topic2)" in lines
     assert ais.common_topics(digest) == {"react"}
     assert ais.common_topics({"a": {"topics": ["react"]}, "b": {"topics": ["vue"]}}) == set()  # one stream each
+    # A part of a compound topic shown says nothing more.
+    thread = {"topics": ["server-sdk", "sdk", "finish_push", "push", "finish", "parser", "parser_test"]}
+    assert ais.telling_topics(thread, "the parser's tests", set()) == ["server-sdk", "finish_push", "parser_test"]
+    assert ais.telling_topics(thread, "the SDK server", set()) == ["finish_push", "parser_test"]  # said
 
 
 def test_the_topics_leave_room_for_the_files_and_the_last_conclusion():
