@@ -2870,11 +2870,13 @@ def background_capture(payload, data_dir):
     the importer, which saw that call, passes it in the input). A dev server's crash is an error
     like a failed command's, linked to the run that fixed it; a command still running passes
     nothing yet. A command unknown, the task's description names the run and nothing links to it.
-    None for a subagent's task (its report comes with its notification, task_notice()) and
-    without a command, description or output."""
+    A subagent's task is its report (agent_report()). None without a command, description or
+    output."""
     resp = payload.get("tool_response")
     if payload.get("tool_name") == "TaskOutput":
         task = resp.get("task") if isinstance(resp, dict) else None
+        if isinstance(task, dict) and task.get("task_type") == "local_agent":
+            return agent_report(payload, task, data_dir)
         if not isinstance(task, dict) or task.get("task_type") != "local_bash":
             return None
         inp = payload.get("tool_input") if isinstance(payload.get("tool_input"), dict) else {}
@@ -2909,6 +2911,21 @@ def background_capture(payload, data_dir):
         cap.update(text=f"{command} [failed]\n{output}", failed=True)
     elif status != "completed" or code is None:
         cap.pop("command", None)  # still running: no pass that fixes an earlier failure
+    return cap
+
+
+def agent_report(payload, task, data_dir):
+    """A background subagent's report, read with TaskOutput once it completed, kept as a Task
+    result is ("Task <description> (background): <prompt>" and the report); None before: what it
+    printed on the way is not its finding."""
+    report = task.get("result") or task.get("output")
+    if task.get("status") != "completed" or not isinstance(report, str) or not report.strip():
+        return None
+    desc = task.get("description") if isinstance(task.get("description"), str) else ""
+    cap = tool_capture(dict(payload, tool_name="Task", tool_response=report, tool_input={
+        "description": f"{desc} (background)".strip(), "prompt": task.get("prompt") or ""}), data_dir)
+    if cap:
+        cap["source"] = "tool:TaskOutput"
     return cap
 
 

@@ -224,6 +224,38 @@ def test_a_background_commands_crash_read_with_task_output_is_kept_as_that_comma
     assert "EADDRINUSE" in crash["text"] and crash["failed"] and crash["command"] == command
 
 
+def test_a_background_subagents_report_read_with_task_output_is_kept(sandbox):
+    """2.1.197 launches a background subagent (its Agent result only says it started) and the
+    agent reads its report with TaskOutput: the report is kept as a Task result is."""
+    box = sandbox
+    report = "The parser has two unicode bugs: lexer.py drops combining marks, tokens.py splits emoji."
+
+    def script(body):
+        if "SUBTASK" in json.dumps(body["messages"][0]["content"]):
+            return report  # the subagent's own conversation
+        said = [m for m in body["messages"] if m["role"] == "assistant"]
+        if not said:
+            return tool_use("Agent", {"description": "audit the parser", "prompt": "SUBTASK: audit the parser",
+                                      "subagent_type": "general-purpose", "run_in_background": True}, id="toolu_agent")
+        if len(said) == 1:
+            launched = [r for r in tool_results(body) if r["tool_use_id"] == "toolu_agent"]
+            agent = re.search(r"agentId: (\w+)", launched[0]["text"]).group(1)
+            return tool_use("TaskOutput", {"task_id": agent, "block": True, "timeout": 30000}, id="toolu_poll")
+        return FINAL
+    with FakeAnthropic(script) as api:
+        bodies = run_ok(box, api, "audit the parser in the background", "--allowedTools", "Agent TaskOutput")
+    polled = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_poll"]
+    assert polled and report in polled[0]["text"], polled
+
+    def reports():
+        done = box.cli("export")
+        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
+        return [m for t in threads for m in t["messages"] if m.get("source") == "tool:TaskOutput"]
+    assert wait_for(reports, timeout=90), reports()
+    [kept] = reports()
+    assert kept["text"] == "Task audit the parser (background): SUBTASK: audit the parser\n" + report, kept
+
+
 def test_a_code_reviews_findings_the_client_reports_are_kept_with_their_files(sandbox):
     """2.1.197's ReportFindings (a review's verified findings) reaches the capture hook: each finding
     is kept with its place and its project file is recorded."""

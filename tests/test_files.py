@@ -670,7 +670,7 @@ def test_a_background_task_read_with_task_output_is_its_commands_run(project):
     """TaskOutput (Claude Code 2.1) names the task, not the command: the command is the one the
     transcript's Bash call started (shapes of 2.1.197). Its crash is that command's failure, fixed
     by its next passing run; with the call not in the transcript, the task's description names
-    the run and nothing is linked; a subagent's task is not kept (its notification brings the report)."""
+    the run and nothing is linked. A background subagent's task is its report once it completed."""
     p = str(project)
     command = "node server.js"
     task = lambda tid, status, code, output, kind="local_bash": post_payload("TaskOutput", {  # noqa: E731
@@ -692,15 +692,23 @@ def test_a_background_task_read_with_task_output_is_its_commands_run(project):
     hook("capture", task("b6fj1qje4", "failed", 1, "Error: listen EADDRINUSE: address already in use :::4000\n"),
          project)
     hook("capture", task("b9unknown", "failed", 1, "Error: Cannot find module 'express'\n"), project)
-    hook("capture", task("a1agent", "completed", 0, "The audit found two issues.", "local_agent"), project)
+    agent = {"task_id": "a4334356", "task_type": "local_agent", "status": "running", "description": "audit the parser",
+             "output": "Reading lexer.py", "prompt": "Audit the parser for unicode bugs"}
+    assert ais.tool_capture(post_payload("TaskOutput", {"task_id": "a4334356"}, {"task": agent}, "s1", project),
+                            p + "/.ai") is None  # its way there is not its finding
+    hook("capture", post_payload("TaskOutput", {"task_id": "a4334356", "block": True}, {"retrieval_status": "success",
+         "task": dict(agent, status="completed", output="2 issues", result="2 issues: lexer.py drops combining marks")},
+         "s1", project), project)
     hook("capture", post_payload("Bash", {"command": command}, {"stdout": "API on :4001"}, "s1", project), project)
     mem = ais.open_memory(p)
     mem.flush()
     runs = [m for m in sorted(mem.msgs.values(), key=lambda m: m["id"]) if m["source"] == "tool:TaskOutput"]
     assert [m["text"].split("\n")[0] for m in runs] == [
         "$ node server.js (background, running)", "$ node server.js (background, failed, exit 1) [failed]",
-        "Start the API server (background, failed, exit 1)"]
-    running, crashed, unknown = runs
+        "Start the API server (background, failed, exit 1)",
+        "Task audit the parser (background): Audit the parser for unicode bugs"]
+    running, crashed, unknown, report = runs
+    assert report["text"].endswith("\n2 issues: lexer.py drops combining marks")
     assert "command" not in running and "files" not in crashed and "EADDRINUSE" in crashed["text"]
     assert mem.msgs[crashed["fixed_by"]]["text"].startswith("$ node server.js\nAPI on :4001")
     assert "Cannot find module" in unknown["text"] and not unknown.get("failed") and "command" not in unknown
