@@ -84,6 +84,17 @@ def memory_context(body):
     return "\n".join(s.split(MEMORY_MARK, 1)[1] for s in system_entries(body) if MEMORY_MARK in s)
 
 
+def stored_messages(box, keep, enough=bool):
+    """The stored messages `keep(message)` selects, once `enough` of them are there (the hooks'
+    captures reach the store through the daemon; `export` drains what is still journaled)."""
+    def found():
+        done = box.cli("export")
+        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
+        return [m for t in threads for m in t["messages"] if keep(m)]
+    assert wait_for(lambda: enough(found()), timeout=90), found()
+    return found()
+
+
 def threads_mentioning(box, token):
     """Ids of threads whose listing or full record mentions token (the CLI drains the inbox)."""
     listing = box.cli_json("threads")
@@ -164,13 +175,9 @@ def test_a_cd_the_client_keeps_places_each_command_file_once(sandbox):
         bodies = run_ok(box, api, "show me the two files under web")
     assert [r["text"].strip() for r in tool_results(bodies[-1])] == ["alpha", "beta"]  # the cd was kept
 
-    def command_files():
-        done = box.cli("export")
-        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
-        return sorted(f for t in threads for m in t["messages"] if m["text"].startswith("$ ")
-                      for f in m.get("files", ()))
-    assert wait_for(lambda: len(command_files()) == 2, timeout=90), command_files()
-    assert command_files() == ["web/src/a.txt", "web/src/b.txt"]
+    files = lambda msgs: sorted(f for m in msgs for f in m.get("files", ()))  # noqa: E731
+    commands = stored_messages(box, lambda m: m["text"].startswith("$ "), lambda msgs: len(files(msgs)) == 2)
+    assert files(commands) == ["web/src/a.txt", "web/src/b.txt"]
 
 
 def test_a_search_the_client_runs_is_kept_with_what_it_found(sandbox):
@@ -186,12 +193,7 @@ def test_a_search_the_client_runs_is_kept_with_what_it_found(sandbox):
     found = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_grep"]
     assert found and not found[0]["is_error"] and "invoice_total" in found[0]["text"], found
 
-    def searches():
-        done = box.cli("export")
-        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
-        return [m for t in threads for m in t["messages"] if m["text"].startswith("Searched")]
-    assert wait_for(searches, timeout=90), searches()
-    [search] = searches()
+    [search] = stored_messages(box, lambda m: m["text"].startswith("Searched"))
     assert search["text"].startswith("Searched src/billing.py for `invoice_total`:\n") and "def invoice_total" in search["text"]
     assert search["files"] == ["src/billing.py"] and search["op"] == "search"
 
@@ -214,12 +216,7 @@ def test_a_background_commands_crash_read_with_task_output_is_kept_as_that_comma
     polled = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_poll"]
     assert polled and "EADDRINUSE" in polled[0]["text"], polled
 
-    def crashes():
-        done = box.cli("export")
-        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
-        return [m for t in threads for m in t["messages"] if m.get("source") == "tool:TaskOutput"]
-    assert wait_for(crashes, timeout=90), crashes()
-    [crash] = crashes()
+    [crash] = stored_messages(box, lambda m: m.get("source") == "tool:TaskOutput")
     assert crash["text"].startswith(f"$ {command} (background, failed, exit 1) [failed]\n"), crash
     assert "EADDRINUSE" in crash["text"] and crash["failed"] and crash["command"] == command
 
@@ -247,12 +244,7 @@ def test_a_background_subagents_report_read_with_task_output_is_kept(sandbox):
     polled = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_poll"]
     assert polled and report in polled[0]["text"], polled
 
-    def reports():
-        done = box.cli("export")
-        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
-        return [m for t in threads for m in t["messages"] if m.get("source") == "tool:TaskOutput"]
-    assert wait_for(reports, timeout=90), reports()
-    [kept] = reports()
+    [kept] = stored_messages(box, lambda m: m.get("source") == "tool:TaskOutput")
     assert kept["text"] == "Task audit the parser (background): SUBTASK: audit the parser\n" + report, kept
 
 
@@ -269,12 +261,7 @@ def test_a_code_reviews_findings_the_client_reports_are_kept_with_their_files(sa
     reported = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_review"]
     assert reported and not reported[0]["is_error"], reported
 
-    def reviews():
-        done = box.cli("export")
-        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
-        return [m for t in threads for m in t["messages"] if m.get("source") == "tool:ReportFindings"]
-    assert wait_for(reviews, timeout=90), reviews()
-    [review] = reviews()
+    [review] = stored_messages(box, lambda m: m.get("source") == "tool:ReportFindings")
     assert review["text"].startswith("Review findings (high):\n- src/billing.py:2: invoice_total divides by zero"), review
     assert review["files"] == ["src/billing.py"]
 
@@ -299,12 +286,8 @@ def test_a_session_in_a_git_worktree_shares_the_projects_memory(sandbox):
     worktree = box.project / ".claude" / "worktrees" / "feat"
     assert worktree.is_dir() and not (worktree / ".ai").exists()
 
-    def command_files():
-        done = box.cli("export")
-        threads = json.loads(done.stdout)["threads"] if done.returncode == 0 else []
-        return [f for t in threads for m in t["messages"] if m["text"].startswith("$ cat") for f in m.get("files", ())]
-    assert wait_for(lambda: command_files(), timeout=90), command_files()
-    assert command_files() == ["src/a.txt"]
+    commands = stored_messages(box, lambda m: m["text"].startswith("$ cat"), lambda msgs: any(m.get("files") for m in msgs))
+    assert [f for m in commands for f in m.get("files", ())] == ["src/a.txt"]
 
 
 def test_the_next_session_is_told_the_tasks_the_agent_left_open(sandbox):
