@@ -214,9 +214,8 @@ USE_BONUS = 0.1
 # Thread centroids a new capture is weighed against (every status).
 CANDIDATE_THREADS = 40
 # What a thread's title came from, the better over the worse (describe()): a prompt that names the
-# work, an approved plan's headline, the full thread a continuation goes on from, a short prompt;
-# anything else (a tool's result) ranks 0.
-TITLE_RANKS = {"prompt": 4, "plan": 3, "continued": 2, "short": 1}
+# work, an approved plan's headline, a short prompt; anything else (a tool's result) ranks 0.
+TITLE_RANKS = {"prompt": 3, "plan": 2, "short": 1}
 # A prompt with this many topics or fewer continues its session's current thread; a capture's
 # turn is looked for among its session's latest TURN_LOOKBACK messages.
 SHORT_PROMPT_TOPICS, TURN_LOOKBACK = 2, 200
@@ -7201,10 +7200,9 @@ class ThreadPlacement:
             decision.update(action="CONTINUE", thread_id=thread["id"], reason="thread full")
 
     def placed_thread(self, decision, ext, origin, now, touched_t):
-        """The new thread of a NEW_THREAD or FORK decision. A full thread's continuation takes
-        its title (the same work, which the capture that overflowed it rarely says) until a
-        prompt that names the work or a plan says what it went on to: one continuation after
-        another would otherwise all bear the title of where the work began."""
+        """The new thread of a NEW_THREAD or FORK decision. A full thread's continuation is titled
+        by the last prompt of it that named a task: the work it goes on with, which the capture
+        that overflowed it rarely says, and not where the full thread began, many tasks before."""
         parent = self.threads.get(decision.get("parent_id"))
         thread = self._new_thread(ext, "split" if parent else origin, now, parent)
         decision["thread_id"] = thread["id"]
@@ -7213,9 +7211,11 @@ class ThreadPlacement:
             touched_t.add(parent["id"])
             if decision.get("reason") == "thread full":
                 parent["continued_in"] = thread["id"]
-                kind = parent.get("title_from")
-                thread.update(title=parent["title"], title_from="continued" if TITLE_RANKS.get(kind, 0) >
-                              TITLE_RANKS["continued"] else kind)
+                asked = (EXTRACTOR.extract(m["text"], "prompt") for m in reversed(parent["messages"])
+                         if m.get("source") == "prompt")
+                task = next((x for x in asked if len(x["topics"]) > SHORT_PROMPT_TOPICS), None)
+                thread.update(title=task["title"], title_from="prompt") if task else \
+                    thread.update(title=parent["title"], title_from=parent.get("title_from"))
         return thread
 
     def turn_thread(self, entry, topics, current=None):

@@ -186,17 +186,28 @@ def test_full_thread_continues_in_a_child_instead_of_dropping(project, monkeypat
     third = mem.threads[second["continued_in"]]
     assert third["parent_id"] == second["id"] and second["parent_id"] == first["id"]
     assert first["title"] == second["title"] == third["title"] == "kafka consumer lag investigation step 0"
-    # Until a prompt says what the work went on to: a short question does not, the next task does.
-    for prompt in ("is the lag back?", "kafka consumer lag: rebalance the partitions across the brokers"):
-        mem.capture(prompt)
-    assert {m["text"] for m in third["messages"][-2:]} == {"is the lag back?", "kafka consumer lag: rebalance the partitions "
-                                                                    "across the brokers"}
-    assert third["title"] == "kafka consumer lag: rebalance the partitions across the brokers"
-    assert first["title"] == second["title"] == "kafka consumer lag investigation step 0"
     mem.forget(third["id"])  # a forgotten continuation: the next overflow makes another
     again = ais.open_memory(str(project))
     again.ensure_loaded()
     assert "continued_in" not in again.threads[second["id"]]
+
+
+def test_a_full_threads_continuation_is_titled_by_the_task_it_goes_on_with(project, monkeypatch):
+    """The thread filled while the work was on the last task it was asked, not the first: its
+    continuation says that task; a short prompt ("is the lag back?") names none."""
+    monkeypatch.setattr(ais, "MAX_THREAD_MESSAGES", 5)
+    mem = ais.open_memory(str(project))
+    steps = [("prompt", "kafka consumer lag investigation"), ("tool:Bash", "kafka consumer lag investigation step 1"),
+             ("prompt", "kafka consumer lag: rebalance the partitions across the brokers"),
+             ("prompt", "is the lag back?"), ("tool:Bash", "kafka consumer lag investigation step 4"),
+             ("tool:Bash", "kafka consumer lag investigation step 5")]
+    for source, text in steps:
+        mem.capture(text, source=source, origin="command" if source == "tool:Bash" else None)
+    first = next(t for t in mem.threads.values() if not t.get("parent_id"))
+    assert len(first["messages"]) == 5 and first["title"] == "kafka consumer lag investigation"
+    later = mem.threads[first["continued_in"]]
+    assert later["title"] == "kafka consumer lag: rebalance the partitions across the brokers"
+    assert later["title_from"] == "prompt"
 
 
 def test_daemon_reload_sees_changes_made_by_another_process(project):
