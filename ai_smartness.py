@@ -3109,7 +3109,8 @@ def review_findings(inp, resp, project):
         state = ", ".join(f[k].lower() for k in ("verdict", "outcome") if isinstance(f.get(k), str) and f[k].strip())
         said = cut_redacted(" ".join(summary.split()), FINDING_CHARS)
         if isinstance(how, str) and how.strip():
-            said += ("" if said[-1] in ".!?…" else ".") + f" Fails: {cut_redacted(' '.join(how.split()), FINDING_CHARS)}"
+            how = cut_redacted(" ".join(how.split()), FINDING_CHARS)
+            said += ("" if said[-1] in ".!?…" else ".") + f" Fails: {how}"
         lines.append("- " + (place + ": " if place else "") + said + (f" ({cut_redacted(state, 40)})" if state else ""))
         files += [rel] if rel else []
     if not lines:

@@ -286,7 +286,8 @@ def test_a_session_in_a_git_worktree_shares_the_projects_memory(sandbox):
     worktree = box.project / ".claude" / "worktrees" / "feat"
     assert worktree.is_dir() and not (worktree / ".ai").exists()
 
-    commands = stored_messages(box, lambda m: m["text"].startswith("$ cat"), lambda msgs: any(m.get("files") for m in msgs))
+    commands = stored_messages(box, lambda m: m["text"].startswith("$ cat"),
+                               lambda msgs: any(m.get("files") for m in msgs))
     assert [f for m in commands for f in m.get("files", ())] == ["src/a.txt"]
 
 
