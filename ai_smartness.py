@@ -2795,6 +2795,11 @@ def tool_capture(payload, data_dir=None):
         content = file.get("content") if isinstance(file, dict) else _response_text(resp)
         if not content or not isinstance(content, str):
             return None
+        task = _TASK_OUTPUT_RE.search(path) if path and not rel else None
+        command = background_command(payload.get("transcript_path"), task.group(1)) if task else None
+        if command:  # a background command's output file, as 2.1 says to look at it: that command's run
+            return background_capture(dict(payload, tool_response={"command": command, "status": "output so far",
+                                                                   "stdout": content}), data_dir)
         text = f"Read {shown}:\n{code_outline(content)}"
         cites = file_citations(content, project, rel) if project else []
     elif tool == "Write":
@@ -2864,9 +2869,10 @@ def tool_capture(payload, data_dir=None):
 
 def background_capture(payload, data_dir):
     """A background command's output so far, with its status and exit code, as that command's
-    run: BashOutput (Claude Code 2.0, which names the command) or TaskOutput (2.1, which names
-    the task: its command is the one the transcript's Bash call started, see background_command();
-    the importer, which saw that call, passes it in the input). A dev server's crash is an error
+    run: BashOutput (Claude Code 2.0, which names the command), a Read of its output file, or
+    TaskOutput (2.1, which names the task: its command is the one the transcript's Bash call
+    started, see background_command(); the importer, which saw that call, passes it in the
+    input). A dev server's crash is an error
     like a failed command's, linked to the run that fixed it; a command still running passes
     nothing yet. A command unknown, the task's description names the run and nothing links to it.
     A subagent's task is its report (agent_report()). None without a command, description or
@@ -2928,8 +2934,10 @@ def agent_report(payload, task, data_dir):
     return cap
 
 
-# A background task's id as Claude Code makes one ("b6fj1qje4"): nothing else is looked up.
+# A background task's id as Claude Code makes one ("b6fj1qje4"): nothing else is looked up; the
+# file its output goes to (/tmp/claude-<uid>/<project>/<session>/tasks/<id>.output).
 _TASK_ID_RE = LazyRe(r"[A-Za-z0-9_-]{1,64}")
+_TASK_OUTPUT_RE = LazyRe(r"/tasks/([A-Za-z0-9_-]{1,64})\.output$")
 
 
 def background_command(path, task_id):

@@ -201,24 +201,33 @@ def test_a_search_the_client_runs_is_kept_with_what_it_found(sandbox):
 def test_a_background_commands_crash_read_with_task_output_is_kept_as_that_commands_failure(sandbox):
     """2.1.197 polls a background command with TaskOutput, whose result names the task (its id and
     description), not the command: the capture finds the command in the client's own transcript,
-    so the crash is that command's failure, for its next passing run to fix."""
+    so the crash is that command's failure, for its next passing run to fix. The agent may also
+    Read the task's output file, as the client's result suggests: that is the command's output."""
     box = sandbox
     command = "sleep 1; echo 'Error: listen EADDRINUSE: address already in use :::4000' >&2; exit 1"
 
+    def started(body):
+        return [r for r in tool_results(body) if r["tool_use_id"] == "toolu_bg"][0]["text"]
+
     def poll(body):
-        started = [r for r in tool_results(body) if r["tool_use_id"] == "toolu_bg"]
-        task = re.search(r"with ID: (\w+)", started[0]["text"]).group(1)
+        task = re.search(r"with ID: (\w+)", started(body)).group(1)
         return tool_use("TaskOutput", {"task_id": task, "block": True, "timeout": 30000}, id="toolu_poll")
+
+    def look(body):
+        output = re.search(r"written to: (\S+\.output)", started(body)).group(1)
+        return tool_use("Read", {"file_path": output}, id="toolu_look")
     turns = [tool_use("Bash", {"command": command, "description": "Start the API server", "run_in_background": True},
-                      id="toolu_bg"), poll, FINAL]
+                      id="toolu_bg"), poll, look, FINAL]
     with FakeAnthropic(turns) as api:
         bodies = run_ok(box, api, "start the API server in the background", "--allowedTools", "TaskOutput")
-    polled = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_poll"]
-    assert polled and "EADDRINUSE" in polled[0]["text"], polled
+    results = {r["tool_use_id"]: r["text"] for r in tool_results(bodies[-1])}
+    assert "EADDRINUSE" in results.get("toolu_poll", "") and "EADDRINUSE" in results.get("toolu_look", ""), results
 
     [crash] = stored_messages(box, lambda m: m.get("source") == "tool:TaskOutput")
     assert crash["text"].startswith(f"$ {command} (background, failed, exit 1) [failed]\n"), crash
     assert "EADDRINUSE" in crash["text"] and crash["failed"] and crash["command"] == command
+    [looked] = stored_messages(box, lambda m: m.get("source") == "tool:Read")
+    assert looked["text"].startswith(f"$ {command} (background, output so far)\n") and "EADDRINUSE" in looked["text"]
 
 
 def test_a_background_subagents_report_read_with_task_output_is_kept(sandbox):

@@ -670,7 +670,8 @@ def test_a_background_task_read_with_task_output_is_its_commands_run(project):
     """TaskOutput (Claude Code 2.1) names the task, not the command: the command is the one the
     transcript's Bash call started (shapes of 2.1.197). Its crash is that command's failure, fixed
     by its next passing run; with the call not in the transcript, the task's description names
-    the run and nothing is linked. A background subagent's task is its report once it completed."""
+    the run and nothing is linked. A Read of the task's output file is that command's output so
+    far. A background subagent's task is its report once it completed."""
     p = str(project)
     command = "node server.js"
     task = lambda tid, status, code, output, kind="local_bash": post_payload("TaskOutput", {  # noqa: E731
@@ -689,6 +690,10 @@ def test_a_background_task_read_with_task_output_is_its_commands_run(project):
     hook("capture", post_payload("Bash", {"command": command, "run_in_background": True}, started, "s1", project),
          project)
     hook("capture", task("b6fj1qje4", "running", None, "API on :4000\n"), project)
+    outputs = "/tmp/claude-0/-srv-api/s1/tasks/"
+    for tid in ("b6fj1qje4", "b0unknown"):
+        hook("capture", post_payload("Read", {"file_path": outputs + tid + ".output"}, {"type": "text", "file": {
+            "filePath": outputs + tid + ".output", "content": "API on :4000\nGET /health 200\n"}}, "s1", project), project)
     hook("capture", task("b6fj1qje4", "failed", 1, "Error: listen EADDRINUSE: address already in use :::4000\n"),
          project)
     hook("capture", task("b9unknown", "failed", 1, "Error: Cannot find module 'express'\n"), project)
@@ -702,6 +707,10 @@ def test_a_background_task_read_with_task_output_is_its_commands_run(project):
     hook("capture", post_payload("Bash", {"command": command}, {"stdout": "API on :4001"}, "s1", project), project)
     mem = ais.open_memory(p)
     mem.flush()
+    reads = sorted((m for m in mem.msgs.values() if m["source"] == "tool:Read"), key=lambda m: m["id"])
+    assert [m["text"].split("\n")[0] for m in reads] == ["$ node server.js (background, output so far)",
+                                                        f"Read {outputs}b0unknown.output:"]
+    assert "GET /health 200" in reads[0]["text"] and "command" not in reads[0] and "files" not in reads[0]
     runs = [m for m in sorted(mem.msgs.values(), key=lambda m: m["id"]) if m["source"] == "tool:TaskOutput"]
     assert [m["text"].split("\n")[0] for m in runs] == [
         "$ node server.js (background, running)", "$ node server.js (background, failed, exit 1) [failed]",
