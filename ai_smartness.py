@@ -2872,11 +2872,10 @@ def background_capture(payload, data_dir):
     run: BashOutput (Claude Code 2.0, which names the command), a Read of its output file, or
     TaskOutput (2.1, which names the task: its command is the one the transcript's Bash call
     started, see background_command(); the importer, which saw that call, passes it in the
-    input). A dev server's crash is an error
-    like a failed command's, linked to the run that fixed it; a command still running passes
-    nothing yet. A command unknown, the task's description names the run and nothing links to it.
-    A subagent's task is its report (agent_report()). None without a command, description or
-    output."""
+    input). A dev server's crash is an error like a failed command's, linked to the run that
+    fixed it; a command still running passes nothing yet. A command unknown, the task's
+    description names the run and nothing links to it. A subagent's task is its report
+    (agent_report()). None without a command, description or output."""
     resp = payload.get("tool_response")
     if payload.get("tool_name") == "TaskOutput":
         task = resp.get("task") if isinstance(resp, dict) else None
@@ -7223,7 +7222,9 @@ class ThreadPlacement:
                 asked = (EXTRACTOR.extract(m["text"], "prompt") for m in reversed(parent["messages"])
                          if m.get("source") == "prompt")
                 task = next((x for x in asked if len(x["topics"]) > SHORT_PROMPT_TOPICS), None)
-                thread.update(title=task["title"], title_from="prompt") if task else \
+                if task:
+                    thread.update(title=task["title"], title_from="prompt")
+                else:
                     thread.update(title=parent["title"], title_from=parent.get("title_from"))
         return thread
 
