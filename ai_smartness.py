@@ -2796,10 +2796,9 @@ def tool_capture(payload, data_dir=None):
         if not content or not isinstance(content, str):
             return None
         task = _TASK_OUTPUT_RE.search(path) if path and not rel else None
-        command = background_command(payload.get("transcript_path"), task.group(1)) if task else None
-        if command:  # a background command's output file, as 2.1 says to look at it: that command's run
-            return background_capture(dict(payload, tool_response={"command": command, "status": "output so far",
-                                                                   "stdout": content}), data_dir)
+        looked = output_so_far(payload, data_dir, task.group(1), content) if task else None
+        if looked:
+            return looked
         text = f"Read {shown}:\n{code_outline(content)}"
         cites = file_citations(content, project, rel) if project else []
     elif tool == "Write":
@@ -2823,6 +2822,10 @@ def tool_capture(payload, data_dir=None):
         out = resp if isinstance(resp, str) else ""
         if isinstance(resp, dict):
             out = "\n".join(str(resp.get(k) or "") for k in ("stdout", "stderr")).strip()
+        viewed = _OUTPUT_VIEW_RE.fullmatch(command.strip())
+        looked = output_so_far(payload, data_dir, viewed.group(1), out) if viewed else None
+        if looked:
+            return looked
         desc = f" ({inp['description']})" if inp.get("description") else ""
         command = project_command(command, project) if project else command
         text = f"$ {command}{desc}\n{head_tail(out, 900, 600)}".strip()
@@ -2934,14 +2937,29 @@ def agent_report(payload, task, data_dir):
 
 
 # A background task's id as Claude Code makes one ("b6fj1qje4"): nothing else is looked up; the
-# file its output goes to (/tmp/claude-<uid>/<project>/<session>/tasks/<id>.output).
+# file its output goes to (/tmp/claude-<uid>/<project>/<session>/tasks/<id>.output), and a shell
+# command that only shows that file (`sleep 2 && tail -30 …/tasks/<id>.output`).
 _TASK_ID_RE = LazyRe(r"[A-Za-z0-9_-]{1,64}")
 _TASK_OUTPUT_RE = LazyRe(r"/tasks/([A-Za-z0-9_-]{1,64})\.output$")
+_OUTPUT_VIEW_RE = LazyRe(r"(?:sleep [\d.]{1,8} *(?:&&|;) *)?(?:tail|cat|head)(?: +-\w{1,10}(?: +\d{1,8})?){0,4} +"
+                         r"[^\s;&|<>]{0,1000}/tasks/([A-Za-z0-9_-]{1,64})\.output")
+
+
+def output_so_far(payload, data_dir, task_id, output):
+    """A look at background task `task_id`'s output file (a Read of it, or `tail` in the shell, as
+    the client says to) as that command's output so far; None when its command is not found (the
+    look is then kept as it is)."""
+    command = background_command(payload.get("transcript_path"), task_id)
+    if not command or _OUTPUT_VIEW_RE.fullmatch(command.strip()):  # no look at a look
+        return None
+    return background_capture(dict(payload, tool_response={"command": command, "status": "output so far",
+                                                           "stdout": output}), data_dir)
 
 
 def background_command(path, task_id):
     """The command of background task `task_id`, from the end of the transcript at `path`: the
-    Bash call whose result carries that backgroundTaskId. None when it is not there."""
+    Bash call whose result carries that backgroundTaskId (or, where a transcript keeps only the
+    result's text, says "… in background with ID: <id>."). None when it is not there."""
     if not isinstance(task_id, str) or not _TASK_ID_RE.fullmatch(task_id):
         return None
     needle, call = task_id.encode(), None
@@ -2953,9 +2971,10 @@ def background_command(path, task_id):
         parts = [p for p in msg.get("content") or [] if isinstance(p, dict)] if isinstance(msg.get("content"), list) \
             else []
         if call is None:
-            result = rec.get("toolUseResult")
-            if isinstance(result, dict) and result.get("backgroundTaskId") == task_id:
-                call = next((p.get("tool_use_id") for p in parts if p.get("type") == "tool_result"), None)
+            result, said = rec.get("toolUseResult"), [p for p in parts if p.get("type") == "tool_result"]
+            if (isinstance(result, dict) and result.get("backgroundTaskId") == task_id) or \
+                    any(f"in background with ID: {task_id}." in str(p.get("content")) for p in said):
+                call = next((p.get("tool_use_id") for p in said), None)
                 if not isinstance(call, str) or not call:
                     return None
                 needle = call.encode()

@@ -670,8 +670,9 @@ def test_a_background_task_read_with_task_output_is_its_commands_run(project):
     """TaskOutput (Claude Code 2.1) names the task, not the command: the command is the one the
     transcript's Bash call started (shapes of 2.1.197). Its crash is that command's failure, fixed
     by its next passing run; with the call not in the transcript, the task's description names
-    the run and nothing is linked. A Read of the task's output file is that command's output so
-    far. A background subagent's task is its report once it completed."""
+    the run and nothing is linked. A Read of the task's output file, or a `tail` of it, is that
+    command's output so far; an older transcript keeps only the text of the call's result ("with
+    ID: …"). A background subagent's task is its report once it completed."""
     p = str(project)
     command = "node server.js"
     task = lambda tid, status, code, output, kind="local_bash": post_payload("TaskOutput", {  # noqa: E731
@@ -684,7 +685,9 @@ def test_a_background_task_read_with_task_output_is_its_commands_run(project):
     common = {"isSidechain": False, "userType": "external", "cwd": p, "sessionId": "s1", "version": "2.1.197"}
     records = turn_records(common, "start the API server", [
         ("toolu_bg", "Bash", {"command": command, "description": "Start the API server", "run_in_background": True},
-         "Command running in background with ID: b6fj1qje4.", started, False)])
+         "Command running in background with ID: b6fj1qje4.", started, False),
+        ("toolu_w", "Bash", {"command": "npm run worker", "run_in_background": True},
+         "Command running in background with ID: b7worker. Output is being written to: /tmp/x.", None, False)])
     (project / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     hook("inject", prompt_payload("start the API server", "s1", project), project)
     hook("capture", post_payload("Bash", {"command": command, "run_in_background": True}, started, "s1", project),
@@ -694,6 +697,9 @@ def test_a_background_task_read_with_task_output_is_its_commands_run(project):
     for tid in ("b6fj1qje4", "b0unknown"):
         hook("capture", post_payload("Read", {"file_path": outputs + tid + ".output"}, {"type": "text", "file": {
             "filePath": outputs + tid + ".output", "content": "API on :4000\nGET /health 200\n"}}, "s1", project), project)
+    for look in (f"sleep 2 && tail -30 {outputs}b7worker.output", f"tail {outputs}b7worker.output {outputs}b0.output"):
+        hook("capture", post_payload("Bash", {"command": look}, {"stdout": "worker: queue drained", "stderr": ""},
+                                     "s1", project), project)
     hook("capture", task("b6fj1qje4", "failed", 1, "Error: listen EADDRINUSE: address already in use :::4000\n"),
          project)
     hook("capture", task("b9unknown", "failed", 1, "Error: Cannot find module 'express'\n"), project)
@@ -711,6 +717,10 @@ def test_a_background_task_read_with_task_output_is_its_commands_run(project):
     assert [m["text"].split("\n")[0] for m in reads] == ["$ node server.js (background, output so far)",
                                                         f"Read {outputs}b0unknown.output:"]
     assert "GET /health 200" in reads[0]["text"] and "command" not in reads[0] and "files" not in reads[0]
+    looks = sorted((m for m in mem.msgs.values() if "queue drained" in m["text"]), key=lambda m: m["id"])
+    assert [m["text"].split("\n")[0] for m in looks] == ["$ npm run worker (background, output so far)",
+                                                        f"$ tail {outputs}b7worker.output {outputs}b0.output"]
+    assert "command" not in looks[0]
     runs = [m for m in sorted(mem.msgs.values(), key=lambda m: m["id"]) if m["source"] == "tool:TaskOutput"]
     assert [m["text"].split("\n")[0] for m in runs] == [
         "$ node server.js (background, running)", "$ node server.js (background, failed, exit 1) [failed]",
