@@ -202,7 +202,8 @@ def test_a_background_commands_crash_read_with_task_output_is_kept_as_that_comma
     """2.1.197 polls a background command with TaskOutput, whose result names the task (its id and
     description), not the command: the capture finds the command in the client's own transcript,
     so the crash is that command's failure, for its next passing run to fix. The agent may also
-    Read the task's output file, as the client's result suggests: that is the command's output."""
+    Read the task's output file, as the client's result suggests, or tail it in the shell: that
+    is the command's output."""
     box = sandbox
     command = "sleep 1; echo 'Error: listen EADDRINUSE: address already in use :::4000' >&2; exit 1"
 
@@ -213,21 +214,23 @@ def test_a_background_commands_crash_read_with_task_output_is_kept_as_that_comma
         task = re.search(r"with ID: (\w+)", started(body)).group(1)
         return tool_use("TaskOutput", {"task_id": task, "block": True, "timeout": 30000}, id="toolu_poll")
 
-    def look(body):
-        output = re.search(r"written to: (\S+\.output)", started(body)).group(1)
-        return tool_use("Read", {"file_path": output}, id="toolu_look")
+    def output(body):
+        return re.search(r"written to: (\S+\.output)", started(body)).group(1)
     turns = [tool_use("Bash", {"command": command, "description": "Start the API server", "run_in_background": True},
-                      id="toolu_bg"), poll, look, FINAL]
+                      id="toolu_bg"), poll, lambda body: tool_use("Read", {"file_path": output(body)}, id="toolu_look"),
+             lambda body: tool_use("Bash", {"command": f"tail -5 {output(body)}"}, id="toolu_tail"), FINAL]
     with FakeAnthropic(turns) as api:
         bodies = run_ok(box, api, "start the API server in the background", "--allowedTools", "TaskOutput")
     results = {r["tool_use_id"]: r["text"] for r in tool_results(bodies[-1])}
-    assert "EADDRINUSE" in results.get("toolu_poll", "") and "EADDRINUSE" in results.get("toolu_look", ""), results
+    assert all("EADDRINUSE" in results.get(t, "") for t in ("toolu_poll", "toolu_look", "toolu_tail")), results
 
     [crash] = stored_messages(box, lambda m: m.get("source") == "tool:TaskOutput")
     assert crash["text"].startswith(f"$ {command} (background, failed, exit 1) [failed]\n"), crash
     assert "EADDRINUSE" in crash["text"] and crash["failed"] and crash["command"] == command
-    [looked] = stored_messages(box, lambda m: m.get("source") == "tool:Read")
-    assert looked["text"].startswith(f"$ {command} (background, output so far)\n") and "EADDRINUSE" in looked["text"]
+    looks = stored_messages(box, lambda m: m["text"].startswith(f"$ {command} (background, output so far)\n"),
+                            lambda msgs: len(msgs) == 2)
+    assert sorted(m["source"] for m in looks) == ["tool:Bash", "tool:Read"]
+    assert all("EADDRINUSE" in m["text"] for m in looks)
 
 
 def test_a_background_subagents_report_read_with_task_output_is_kept(sandbox):
