@@ -821,7 +821,7 @@ def cut_text(text, limit):
     space = cut.rfind(" ")
     if space > limit * 0.6:
         cut = cut[:space]
-    return cut.rstrip(" ,.;:") + "…"
+    return cut.rstrip(" ,.;:…") + "…"  # a text cut before is cut again with one mark
 
 
 def age_ago(seconds, lang="en"):

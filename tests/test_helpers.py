@@ -61,6 +61,7 @@ def test_new_ids_are_prefixed_valid_file_names_sorted_by_time_and_unique():
     ("the quick brown fox jumps over the lazy dog", 20, "the quick brown…"),  # cut at a word
     ("abcdefghijklmnop", 6, "abcde…"),  # one long word: cut inside it
     ("first, second, third", 16, "first, second…"),  # no dangling punctuation
+    ("fixed the notes content… (24 October 2025)", 26, "fixed the notes content…"),  # cut again: one mark
     (None, 5, ""),
 ])
 def test_shorten(text, limit, out):
