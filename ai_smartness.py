@@ -417,6 +417,9 @@ FILE_OPS = {"Read": "read", "Write": "write", "Edit": "edit", "MultiEdit": "edit
 SEARCH_FILES = 5
 # Files one capture records at most, and path characters kept for one.
 MAX_CAPTURE_FILES, FILE_PATH_CHARS = 12, 300
+# An edit's lines compared one by one up to this many pairs (a few ms); the unchanged lines kept
+# on each side of its change, where it is; the room of the lines it removed.
+EDIT_DIFF_CELLS, EDIT_CONTEXT_LINES, EDIT_REMOVED_CHARS = 250_000, 2, 200
 # What an approved plan's message starts with; characters kept of its headline, and of each part
 # of a question the user answered.
 PLAN_MARK, PLAN_HEAD_CHARS, ANSWER_CHARS = "Plan approved: ", 200, 300
@@ -2758,6 +2761,25 @@ def head_tail(text, head=1200, tail=600):
     return text[:head].rstrip() + "\n[…]\n" + text[-tail:].lstrip()
 
 
+def edit_change(old, new):
+    """An edit as what it changed: "+ " the changed lines as they are now, with EDIT_CONTEXT_LINES
+    unchanged ones around them, then "- " the lines they replaced. The unchanged lines an edit
+    repeats to make old_string unique (a quarter of real edits' text, and all of an insertion's
+    old side) are left out but those few."""
+    import difflib  # only edits need it
+    # Redacted whole: a secret over several lines may be changed in some of them only.
+    a, b = redact(old).splitlines(), redact(new).splitlines()
+    ops = []
+    if len(a) * len(b) <= EDIT_DIFF_CELLS:
+        matcher = difflib.SequenceMatcher(None, [x.strip() for x in a], [x.strip() for x in b], autojunk=False)
+        ops = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    first, last = (ops[0], ops[-1]) if ops else ((None, 0, 0, 0, 0), (None, 0, len(a), 0, len(b)))
+    now = [x.strip() for x in b[max(0, first[3] - EDIT_CONTEXT_LINES):last[4] + EDIT_CONTEXT_LINES] if x.strip()]
+    gone = [x for op in ops or [last] for x in a[op[1]:op[2]] if x.strip()]
+    parts = ["+ " + head_tail("\n".join(now), 500, 200)] if now else []
+    return "\n".join(parts + (["- " + shorten("\n".join(gone), EDIT_REMOVED_CHARS)] if gone else []))
+
+
 def code_outline(content, head=1200, limit=1500):
     """Start of a file plus its definition lines: what a later recall needs to know."""
     content = redact(content)
@@ -2808,13 +2830,10 @@ def tool_capture(payload, data_dir=None):
         cites = file_citations(content, project, rel) if project else []
     elif tool in ("Edit", "MultiEdit", "NotebookEdit"):
         edits = inp.get("edits") if isinstance(inp.get("edits"), list) else [inp]
-        parts = []
-        for edit in edits[:8]:
-            if isinstance(edit, dict):
-                old, new = str(edit.get("old_string") or ""), str(edit.get("new_string") or
-                                                                  edit.get("new_source") or "")
-                parts.append(f"- {shorten(old, 200)}\n+ {head_tail(new, 500, 200)}")
-        text = f"Edited {shown}:\n" + "\n".join(parts)
+        parts = [edit_change(str(edit.get("old_string") or ""), str(edit.get("new_string") or edit.get("new_source")
+                                                                       or "")) for edit in edits[:8]
+                 if isinstance(edit, dict)]
+        text = (f"Edited {shown}:\n" + "\n".join(p for p in parts if p)).strip()
     elif tool == "Bash":
         command = str(inp.get("command") or "")
         if (APP in command and "ai_smartness.py" in command) or command_recall_path(command):

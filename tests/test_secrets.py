@@ -150,6 +150,19 @@ def test_capture_cut_leaves_no_piece():
     check_cutter(lambda t: ai.clean_for_storage(t), [ai.MAX_MESSAGE_CHARS - 1], ai.MAX_MESSAGE_CHARS + 200)
 
 
+@pytest.mark.parametrize("fam,text,core", [row for row in CORPUS if "\n" in row[1]], ids=lambda v: str(v)[:16])
+def test_an_edit_of_some_lines_of_a_secret_leaves_no_piece(fam, text, core):
+    # An edit is kept as the lines it changed, without the unchanged ones around them: a key's
+    # short last line, changed alone, is a secret only beside its BEGIN line.
+    lines = text.split("\n")
+    hidden = [x.strip() for x in lines if len(x.strip()) >= 5 and x.strip() not in ai.redact(text)]
+    for k in range(len(lines)):
+        changed = "\n".join(lines[:k] + [lines[k] + "Z"] + lines[k + 1:])
+        for old, new in ((text, changed), (changed, text)):
+            out = ai.edit_change(f"head\n{old}\ntail", f"head\n{new}\ntail")
+            assert not [x for x in hidden if x in out] and not [w for w in windows(core) if w in out], (fam, k, out)
+
+
 def test_trim_strings_cut_leaves_no_piece():
     check_cutter(lambda t: ai.trim_strings({"x": t}, limit=5000)["x"], [5000], 5200)
     # A long payload string: the generous first cut still never leaves a piece.

@@ -366,6 +366,28 @@ def test_capture_write_and_edit():
     assert {"Read", "Write", "Edit", "MultiEdit", "NotebookEdit"} <= set(template.split("|"))
 
 
+def test_an_edit_is_kept_as_what_it_changed():
+    # old_string repeats the lines around a change to be unique: what is kept is the changed lines
+    # as they are now, with two lines around them, then what they replaced.
+    old = "\n".join(["    setFormData({", "      organization: '',", "      email: '',", "", "      password: ''",
+                     "    })", "    setLoading(false)", "    navigate('/')"])
+    new = old.replace("\n\n      password: ''", "\n      password: '',\n      role: 'user'")
+    edit = ai.tool_capture(post("Edit", {"file_path": "/p/src/Login.tsx", "old_string": old, "new_string": new}, {}),
+                           DATA_DIR)
+    assert edit["text"] == ("Edited /p/src/Login.tsx:\n+ organization: '',\nemail: '',\npassword: '',\nrole: 'user'\n"
+                            "})\nsetLoading(false)\n- password: ''")
+    # An insertion has no old side; each edit of a MultiEdit says its own change.
+    multi = ai.tool_capture(post("MultiEdit", {"file_path": "/p/a.py", "edits": [
+        {"old_string": "import os\n\n\n\ndef main():", "new_string": "import os\nimport sys\n\n\n\ndef main():"},
+        {"old_string": "a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nf = 6", "new_string": "a = 1\nb = 2\nc = 3\nd = 40\ne = 5\nf = 6"}]},
+        {}), DATA_DIR)
+    assert multi["text"] == "Edited /p/a.py:\n+ import os\nimport sys\n+ b = 2\nc = 3\nd = 40\ne = 5\nf = 6\n- d = 4"
+    # Only the layout changed: the edit as it was made.
+    indent = ai.tool_capture(post("Edit", {"file_path": "/p/a.py", "old_string": "  x = 1\n", "new_string": "x = 1"},
+                                  {}), DATA_DIR)
+    assert indent["text"] == "Edited /p/a.py:\n+ x = 1\n- x = 1"
+
+
 def test_capture_bash():
     cap = ai.tool_capture(post("Bash", {"command": "pytest -q tests/test_db.py", "description": "run db tests"}, {
         "stdout": "3 passed in 0.2s", "stderr": "warning: slow", "interrupted": False, "isImage": False}), DATA_DIR)
