@@ -386,6 +386,13 @@ def test_an_edit_is_kept_as_what_it_changed():
     indent = ai.tool_capture(post("Edit", {"file_path": "/p/a.py", "old_string": "  x = 1\n", "new_string": "x = 1"},
                                   {}), DATA_DIR)
     assert indent["text"] == "Edited /p/a.py:\n+ x = 1\n- x = 1"
+    # A real Claude Code edit (one line inserted after the two it was anchored on): the lines
+    # the client's own patch marks "+", with the two before them, and no removed side.
+    payloads = fixtures_dir("claude-code", "hook-payloads-real", "imjoshnewton_chicken-tracker-t3", "post_tool_use.json")
+    real = next(p for p in json.loads(payloads.read_text()) if p["tool_name"] == "Edit")
+    added = [x[1:].strip() for hunk in real["tool_response"]["structuredPatch"] for x in hunk["lines"] if x[:1] == "+"]
+    text = ai.tool_capture(real, "/Users/joshnewton/Development/chicken-tracker-t3/.ai")["text"]
+    assert text == "Edited package.json:\n+ " + "\n".join(['"name": "flocknerd",', '"private": true,', *added])
 
 
 def test_capture_bash():
