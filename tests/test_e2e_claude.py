@@ -198,6 +198,32 @@ def test_a_search_the_client_runs_is_kept_with_what_it_found(sandbox):
     assert search["files"] == ["src/billing.py"] and search["op"] == "search"
 
 
+def test_an_edit_the_client_makes_is_kept_as_what_it_changed_and_comes_back(sandbox):
+    """The real client's Edit (it must Read the file first; its result is a patch of the file):
+    the memory keeps the changed lines as they are now with the two before them, not the
+    unchanged lines old_string repeated, and the next session's prompt on that file gets them."""
+    box = sandbox
+    lines = ["CONFIG = {", "    'region': 'eu-west-1',", "    'retries': 3,", "    'timeout_s': 5,", "}"]
+    box.write("src/settings.py", "\n".join(lines) + "\n")
+    path = str(box.project / "src" / "settings.py")
+    old, new = "\n".join(lines[:4]), "\n".join(lines[:3] + ["    'timeout_s': 30,  # the wombat export is slow"])
+    turns = [tool_use("Read", {"file_path": path}, id="toolu_read"),
+             tool_use("Edit", {"file_path": path, "old_string": old, "new_string": new}, id="toolu_edit"), FINAL]
+    with FakeAnthropic(turns) as api:
+        bodies = run_ok(box, api, "raise the export timeout in src/settings.py", "--allowedTools", "Read Edit")
+    edited = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_edit"]
+    assert edited and not edited[0]["is_error"], edited
+    assert "'timeout_s': 30" in (box.project / "src" / "settings.py").read_text()
+
+    [edit] = stored_messages(box, lambda m: m.get("source") == "tool:Edit")
+    assert edit["text"] == ("Edited src/settings.py:\n+ 'region': 'eu-west-1',\n'retries': 3,\n"
+                            "'timeout_s': 30,  # the wombat export is slow\n- 'timeout_s': 5,"), edit
+    assert edit["files"] == ["src/settings.py"] and edit["op"] == "edit"
+    with FakeAnthropic([FINAL]) as api:
+        bodies = run_ok(box, api, "is the timeout in src/settings.py enough for the wombat export?")
+    assert "'timeout_s': 30, # the wombat export is slow - 'timeout_s': 5," in memory_context(bodies[0])
+
+
 def test_a_background_commands_crash_read_with_task_output_is_kept_as_that_commands_failure(sandbox):
     """2.1.197 polls a background command with TaskOutput, whose result names the task (its id and
     description), not the command: the capture finds the command in the client's own transcript,
