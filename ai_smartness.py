@@ -4249,14 +4249,16 @@ def fixed_files(msg):
 
 def thread_outcomes(thread):
     """What the work on a thread resolved, oldest first, the one notion of "resolved" every
-    view shows: each failed command a later run fixed (`fixed_by`, with the files the fix
-    changed) and each answer that said a problem is solved (`resolved`), as {"kind":
-    "command"|"answer", "text", "at"[, "files"]}."""
+    view shows: each failed command a later run fixed by a change (`fixed_by`, with the files
+    the fix changed) and each answer that said a problem is solved (`resolved`), as {"kind":
+    "command"|"answer", "text", "at"[, "files"]}. A command that passed when run again with
+    nothing changed (`gh issue close` after a network error) resolved nothing of the work: its
+    failure says "fixed", the thread does not list it."""
     out = []
     for m in thread.get("messages", ()):
-        if m.get("fixed_by") and m.get("command"):
+        if m.get("fixed_by") and m.get("command") and fixed_files(m):
             out.append({"kind": "command", "text": m["command"], "at": m.get("fixed_at") or m["ts"],
-                        **({"files": files} if (files := fixed_files(m)) else {})})
+                        "files": fixed_files(m)})
         if isinstance(m.get("resolved"), str) and m["resolved"]:
             out.append({"kind": "answer", "text": m["resolved"], "at": m["ts"]})
     out.sort(key=lambda o: ts_of(o, "at"))

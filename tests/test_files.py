@@ -918,9 +918,12 @@ def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_wo
     hot = {"id": "t1", "title": "parser speed-up", "last_active": at, "topics": ["parser", "tokens", "cache"],
            "files": {"src/parser.py": {"op": "edit", "at": at, "n": 3}},
            "messages": [{"id": "m1", "ts": at, "source": "tool:Bash", "text": "$ pytest [failed]",
-                         "command": "pytest tests/test_parser.py", "fixed_by": "m2"},
+                         "command": "pytest tests/test_parser.py", "fixed_by": "m2", "fixed_files": ["src/parser.py"]},
                         {"id": "m3", "ts": at, "source": "assistant",
-                         "text": "Done ✅\nThe parser now caches tokens. Next: profile the lexer."}]}
+                         "text": "Done ✅\nThe parser now caches tokens. Next: profile the lexer."},
+                        # Run again with nothing changed: a retry, not what the work resolved.
+                        {"id": "m4", "ts": at, "source": "tool:Bash", "text": "$ gh issue close 31 [failed]",
+                         "command": "gh issue close 31", "fixed_by": "m5"}]}
     digest = {"t2": {"title": "login form", "topics": ["login", "validation"], "last_active": at}}
     hb = {"last_task": "make the parser twice as fast", "last_conclusion": ""}
     lines = ais.where_work_stopped(hot, digest, ["src/lexer.py", "src/parser.py"], hb, now, "en", 400)
@@ -928,7 +931,7 @@ def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_wo
                         'Task: make the parser twice as fast.')
     assert lines[1] == "Files: src/lexer.py, src/parser.py."  # the files in play first, no twice
     assert lines[2] == "Last: The parser now caches tokens. Next: profile the lexer."  # "Done ✅" says nothing
-    assert lines[3].startswith("Resolved: pytest tests/test_parser.py (")  # with its date
+    assert lines[3].startswith("Resolved: pytest tests/test_parser.py (") and "src/parser.py" in lines[3]
     assert lines[4:] == ["Other recent work:", "- login form (validation)"]
     # A title cut short shows what the request asks, not how it opens.
     digest["t2"]["title"] = "ok so can you please make the login form accept a pasted one-time code"

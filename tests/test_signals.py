@@ -82,13 +82,17 @@ def test_one_notion_of_resolved_commands_fixed_and_answers():
         {"id": "m3", "ts": "2026-11-20T10:06:00Z", "source": "assistant", "text": "x", "resolved": "The parser bug is fixed."},
         {"id": "m4", "ts": "2026-11-20T10:07:00Z", "source": "assistant", "text": "y", "resolved": 5},  # damaged: skipped
     ]}
+    # pytest passed when run again with nothing changed: a retry, not something the work resolved.
+    assert [(o["kind"], o["text"], o["at"]) for o in ai.thread_outcomes(thread)] == [
+        ("answer", "The parser bug is fixed.", "2026-11-20T10:06:00Z")]
+    assert ai.signal_lines(thread, "en")[0] == "  Resolved: The parser bug is fixed (20 November 2026)."
+    thread["messages"][0]["fixed_files"] = ["src/parser.py", 7]  # a damaged entry is skipped
     outcomes = ai.thread_outcomes(thread)
     assert [(o["kind"], o["text"], o["at"]) for o in outcomes] == [
         ("command", "pytest", "2026-11-20T10:05:00Z"), ("answer", "The parser bug is fixed.", "2026-11-20T10:06:00Z")]
-    line = ai.signal_lines(thread, "en")[0]
-    assert line == "  Resolved: pytest (20 November 2026); The parser bug is fixed (20 November 2026)."
-    thread["messages"][0]["fixed_files"] = ["src/parser.py", 7]  # a damaged entry is skipped
-    assert ai.thread_outcomes(thread)[0]["files"] == ["src/parser.py"]
+    assert outcomes[0]["files"] == ["src/parser.py"]
+    assert ai.signal_lines(thread, "en")[0] == \
+        "  Resolved: pytest (20 November 2026, after changing src/parser.py); The parser bug is fixed (20 November 2026)."
     assert ai.signal_lines(thread, "fr")[0].startswith(
         "  Résolu : pytest (20 novembre 2026, après modification de src/parser.py);")
 
