@@ -2903,6 +2903,8 @@ def background_capture(payload, data_dir):
         task = resp.get("task") if isinstance(resp, dict) else None
         if isinstance(task, dict) and task.get("task_type") == "local_agent":
             return agent_report(payload, task, data_dir)
+        if isinstance(task, dict) and task.get("task_type") == "local_workflow":
+            return workflow_report(task)
         if not isinstance(task, dict) or task.get("task_type") != "local_bash":
             return None
         inp = payload.get("tool_input") if isinstance(payload.get("tool_input"), dict) else {}
@@ -2953,6 +2955,28 @@ def agent_report(payload, task, data_dir):
     if cap:
         cap["source"] = "tool:TaskOutput"
     return cap
+
+
+def workflow_report(task):
+    """A workflow's result (Claude Code 2.1's Workflow runs a script of subagents in the
+    background), read with TaskOutput once it completed: "Workflow <description>:" and what its
+    script returned, a structured one by its prose (prose_of); None before, or for a run that
+    returned nothing. Its progress (agents, phases, tokens) is not its finding."""
+    output = task.get("output")
+    try:
+        run = json.loads(output[:MAX_REQUEST_BYTES]) if task.get("status") == "completed" else None
+    except (TypeError, ValueError, RecursionError):
+        return None
+    result = run.get("result") if isinstance(run, dict) else None
+    if not isinstance(result, str):
+        result = prose_of(json.dumps(result, ensure_ascii=False)) if result else ""
+    if not result.strip():
+        return None
+    desc = task.get("description") if isinstance(task.get("description"), str) else run.get("summary")
+    label = " ".join(["Workflow", shorten(desc, BACKGROUND_LABEL_CHARS)] if isinstance(desc, str) and desc.strip()
+                     else ["Workflow"])
+    return {"text": f"{label}:\n{head_tail(result.strip(), 1500, 500)}",
+            "source": "tool:TaskOutput", "origin": TOOL_ORIGINS["Task"], "file": None}
 
 
 # A background task's id as Claude Code makes one ("b6fj1qje4"): nothing else is looked up; the

@@ -286,6 +286,35 @@ def test_a_background_subagents_report_read_with_task_output_is_kept(sandbox):
     assert kept["text"] == "Task audit the parser (background): SUBTASK: audit the parser\n" + report, kept
 
 
+def test_a_workflows_result_read_with_task_output_is_kept(sandbox):
+    """2.1.197's Workflow runs a script of subagents in the background (its result only says it
+    launched); the agent reads the outcome with TaskOutput: what the script returned is kept, not
+    the run's progress (phases, agents, tokens)."""
+    box = sandbox
+    report = "The parser has two unicode bugs: lexer.py drops combining marks, tokens.py splits emoji."
+    workflow = ("export const meta = { name: 'audit-parser', description: 'Audit the parser', phases: [{ title: 'Audit' }] }\n"
+                "phase('Audit')\nconst found = await agent('SUBTASK: audit the parser')\nreturn found\n")
+
+    def script(body):
+        if "SUBTASK" in json.dumps(body["messages"][0]["content"]):
+            return report  # the workflow's subagent
+        said = [m for m in body["messages"] if m["role"] == "assistant"]
+        if not said:
+            return tool_use("Workflow", {"script": workflow}, id="toolu_workflow")
+        if len(said) == 1:
+            launched = [r for r in tool_results(body) if r["tool_use_id"] == "toolu_workflow"]
+            task = re.search(r"Task ID: (\w+)", launched[0]["text"]).group(1)
+            return tool_use("TaskOutput", {"task_id": task, "block": True, "timeout": 30000}, id="toolu_poll")
+        return FINAL
+    with FakeAnthropic(script) as api:
+        bodies = run_ok(box, api, "use a workflow to audit the parser", "--allowedTools", "Workflow TaskOutput")
+    polled = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_poll"]
+    assert polled and report in polled[0]["text"] and "workflowProgress" in polled[0]["text"], polled
+
+    [kept] = stored_messages(box, lambda m: m.get("source") == "tool:TaskOutput")
+    assert kept["text"] == "Workflow Audit the parser:\n" + report, kept
+
+
 def test_a_code_reviews_findings_the_client_reports_are_kept_with_their_files(sandbox):
     """2.1.197's ReportFindings (a review's verified findings) reaches the capture hook: each finding
     is kept with its place and its project file is recorded."""

@@ -740,6 +740,28 @@ def test_a_background_task_read_with_task_output_is_its_commands_run(project):
     assert ais.background_command(p + "/t.jsonl", "b6fj1qje4\"") is None
 
 
+def test_a_workflows_result_read_with_task_output_is_kept_not_its_progress(project):
+    p = str(project)
+
+    def capture(status, output, description="audit the parser"):
+        task = {"task_id": "wkkpqyrhd", "task_type": "local_workflow", "status": status, "description": description,
+                "output": output}
+        return ais.tool_capture(post_payload("TaskOutput", {"task_id": "wkkpqyrhd"}, {"retrieval_status": "success",
+                                                                                     "task": task}, "s1", project), p + "/.ai")
+    run = {"summary": "audit the parser", "agentCount": 2, "logs": [], "workflowProgress": [
+        {"type": "workflow_agent", "label": "lexer", "state": "done", "tokens": 1271}]}
+    kept = capture("completed", json.dumps(dict(run, result="lexer.py drops combining marks")))
+    assert kept["text"] == "Workflow audit the parser:\nlexer.py drops combining marks" and kept["source"] == "tool:TaskOutput"
+    # What a script returns as data is kept by its prose; no description, the run's summary names it.
+    found = {"findings": [{"file": "src/lexer.py", "summary": "drops combining marks in identifiers"}], "count": 1}
+    assert capture("completed", json.dumps(dict(run, result=found)), None)["text"] == \
+        "Workflow audit the parser:\nsummary: drops combining marks in identifiers"
+    # Still running, returned nothing, or an output that is not the run's record: nothing kept.
+    assert capture("running", json.dumps(dict(run, result="half"))) is None
+    for output in (json.dumps(dict(run, result=None)), json.dumps(dict(run, result="  ")), "not json", None, "[1, 2]"):
+        assert capture("completed", output) is None, output
+
+
 def test_a_code_reviews_findings_are_kept_with_their_files(project):
     """ReportFindings (Claude Code 2.1's code review; its shape in 2.1.197): a line each verified
     finding, with its place, defect, failure and verdict; the findings' project files are recorded
