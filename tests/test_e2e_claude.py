@@ -259,25 +259,33 @@ def test_a_background_commands_crash_read_with_task_output_is_kept_as_that_comma
     assert all("EADDRINUSE" in m["text"] for m in looks)
 
 
+def launch_then_poll(launch, task_id, report):
+    """A scripted model that makes the `launch` call (id toolu_launch) of a background run, whose
+    subagents (a prompt with SUBTASK) answer `report`, then reads the run with TaskOutput (id
+    toolu_poll; the task id is the `task_id` pattern's group in the launch's result)."""
+    def script(body):
+        if "SUBTASK" in json.dumps(body["messages"][0]["content"]):
+            return report  # a subagent's own conversation
+        said = [m for m in body["messages"] if m["role"] == "assistant"]
+        if not said:
+            return launch
+        if len(said) == 1:
+            launched = [r for r in tool_results(body) if r["tool_use_id"] == "toolu_launch"]
+            task = re.search(task_id, launched[0]["text"]).group(1)
+            return tool_use("TaskOutput", {"task_id": task, "block": True, "timeout": 30000}, id="toolu_poll")
+        return FINAL
+    return script
+
+
 def test_a_background_subagents_report_read_with_task_output_is_kept(sandbox):
     """2.1.197 launches a background subagent (its Agent result only says it started) and the
     agent reads its report with TaskOutput: the report is kept as a Task result is."""
     box = sandbox
     report = "The parser has two unicode bugs: lexer.py drops combining marks, tokens.py splits emoji."
 
-    def script(body):
-        if "SUBTASK" in json.dumps(body["messages"][0]["content"]):
-            return report  # the subagent's own conversation
-        said = [m for m in body["messages"] if m["role"] == "assistant"]
-        if not said:
-            return tool_use("Agent", {"description": "audit the parser", "prompt": "SUBTASK: audit the parser",
-                                      "subagent_type": "general-purpose", "run_in_background": True}, id="toolu_agent")
-        if len(said) == 1:
-            launched = [r for r in tool_results(body) if r["tool_use_id"] == "toolu_agent"]
-            agent = re.search(r"agentId: (\w+)", launched[0]["text"]).group(1)
-            return tool_use("TaskOutput", {"task_id": agent, "block": True, "timeout": 30000}, id="toolu_poll")
-        return FINAL
-    with FakeAnthropic(script) as api:
+    launch = tool_use("Agent", {"description": "audit the parser", "prompt": "SUBTASK: audit the parser",
+                                "subagent_type": "general-purpose", "run_in_background": True}, id="toolu_launch")
+    with FakeAnthropic(launch_then_poll(launch, r"agentId: (\w+)", report)) as api:
         bodies = run_ok(box, api, "audit the parser in the background", "--allowedTools", "Agent TaskOutput")
     polled = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_poll"]
     assert polled and report in polled[0]["text"], polled
@@ -295,18 +303,8 @@ def test_a_workflows_result_read_with_task_output_is_kept(sandbox):
     workflow = ("export const meta = { name: 'audit-parser', description: 'Audit the parser', phases: [{ title: 'Audit' }] }\n"
                 "phase('Audit')\nconst found = await agent('SUBTASK: audit the parser')\nreturn found\n")
 
-    def script(body):
-        if "SUBTASK" in json.dumps(body["messages"][0]["content"]):
-            return report  # the workflow's subagent
-        said = [m for m in body["messages"] if m["role"] == "assistant"]
-        if not said:
-            return tool_use("Workflow", {"script": workflow}, id="toolu_workflow")
-        if len(said) == 1:
-            launched = [r for r in tool_results(body) if r["tool_use_id"] == "toolu_workflow"]
-            task = re.search(r"Task ID: (\w+)", launched[0]["text"]).group(1)
-            return tool_use("TaskOutput", {"task_id": task, "block": True, "timeout": 30000}, id="toolu_poll")
-        return FINAL
-    with FakeAnthropic(script) as api:
+    launch = tool_use("Workflow", {"script": workflow}, id="toolu_launch")
+    with FakeAnthropic(launch_then_poll(launch, r"Task ID: (\w+)", report)) as api:
         bodies = run_ok(box, api, "use a workflow to audit the parser", "--allowedTools", "Workflow TaskOutput")
     polled = [r for r in tool_results(bodies[-1]) if r["tool_use_id"] == "toolu_poll"]
     assert polled and report in polled[0]["text"] and "workflowProgress" in polled[0]["text"], polled
