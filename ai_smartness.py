@@ -431,6 +431,8 @@ BACKGROUND_LABEL_CHARS = 100
 REVIEW_FINDINGS, FINDING_CHARS = 12, 300
 # The source of a background task's notification (task_notice), sent as a prompt.
 NOTICE_SOURCE = "tool:TaskNotification"
+# Bytes read from the end of a background command's output file when its notification comes.
+TASK_OUTPUT_TAIL_BYTES = 16 * 1024
 # Characters of a tool's answer text read for the user's answers (older clients).
 MAX_ANSWERS_CHARS = 20000
 # The files a thread lists (the most recently touched), and a file's newest messages kept (the
@@ -2997,6 +2999,55 @@ def output_so_far(payload, data_dir, task_id, output):
         return None
     return background_capture(dict(payload, tool_response={"command": command, "status": "output so far",
                                                            "stdout": output}), data_dir)
+
+
+# A notification's parts: its task, the file its output went to, how it ended and the client's
+# summary ("Background command "Start the API server" failed with exit code 1").
+_TASK_TAG_RE = LazyRe(r"<(task-id|output-file|status|summary)>([^<]{0,2000})</\1>")
+_EXIT_CODE_RE = LazyRe(r"\bexit code (\d{1,3})\b")
+
+
+def command_notice(payload, data_dir):
+    """A prompt that is one background command's notification (Claude Code 2.1 sends it as the
+    next prompt of an interactive session when a command started with run_in_background ends) as
+    that command's run, the way TaskOutput's is kept (background_capture): the end of its output
+    file, else the notification's summary, a failure the command's for its next passing run to
+    fix. None for any other prompt, or a task whose command the transcript does not hold (a
+    subagent's: task_notice keeps its result)."""
+    prompt = payload.get("prompt")
+    blocks = list(_TASK_BLOCK_RE.finditer(prompt)) if isinstance(prompt, str) and "<task-notification>" in prompt else []
+    if len(blocks) != 1 or _TASK_BLOCK_RE.sub("", prompt).strip():
+        return None
+    tags = dict(_TASK_TAG_RE.findall(blocks[0].group(1)))
+    command = background_command(payload.get("transcript_path"), tags.get("task-id"))
+    if not command:
+        return None
+    summary, status = " ".join(tags.get("summary", "").split()), tags.get("status", "").strip()
+    code = _EXIT_CODE_RE.search(summary)
+    code = int(code.group(1)) if code else 0 if status == "completed" else None
+    output = task_output_tail(tags.get("output-file"), tags["task-id"]).strip() or summary
+    return background_capture(dict(payload, tool_name="TaskNotification", tool_response={
+        "command": command, "status": status, "exitCode": code, "stdout": output}), data_dir)
+
+
+def task_output_tail(path, task_id):
+    """The end of background task `task_id`'s output file as the client writes it
+    (…/tasks/<task_id>.output: a regular file of this user's, not a link), "" otherwise: the
+    path comes from a prompt."""
+    import stat
+    found = _TASK_OUTPUT_RE.search(path) if isinstance(path, str) and os.path.isabs(path) else None
+    if not found or found.group(1) != task_id:
+        return ""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                return ""
+            fh.seek(max(0, info.st_size - TASK_OUTPUT_TAIL_BYTES))
+            return fh.read(TASK_OUTPUT_TAIL_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def background_command(path, task_id):
@@ -10079,12 +10130,15 @@ def failed_capture(payload, data_dir):
 
 def journal_prompt(store, payload):
     """Journal the prompt of an inject payload under its CAPTURE_KEY, once: what the process
-    shell journaled before asking the daemon is not written again."""
+    shell journaled before asking the daemon is not written again. A background command's
+    notification is that command's run (command_notice)."""
     prompt = payload.get("prompt")
     if payload.get(JOURNALED_KEY) or not isinstance(prompt, str) or not prompt.strip():
         return payload.get(CAPTURE_KEY) if payload.get(JOURNALED_KEY) else None
-    cid = journal(store, with_turn(prepare_capture(prompt, "prompt", session_id=payload.get("session_id")), payload),
-                  payload.get(CAPTURE_KEY))
+    sid, run = payload.get("session_id"), command_notice(payload, store.dir)
+    entry = prepare_capture(run["text"], run["source"], session_id=sid, origin=run["origin"], failed=run.get("failed"),
+                            command=run.get("command")) if run else prepare_capture(prompt, "prompt", session_id=sid)
+    cid = journal(store, with_turn(entry, payload), payload.get(CAPTURE_KEY))
     if cid:
         payload[CAPTURE_KEY], payload[JOURNALED_KEY] = cid, True
     return cid

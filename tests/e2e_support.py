@@ -2,14 +2,22 @@
 
 A `Sandbox` is one temporary project plus a temporary HOME: it writes a pre-existing
 `.claude/settings.json` with a foreign hook, installs ai_smartness into the project with the
-repo's install.sh, runs `claude -p` offline (../shared/CLAUDE_CODE_HOOKS.md §1), runs the installed
+repo's install.sh, runs `claude -p` offline (../shared/CLAUDE_CODE_HOOKS.md §1) or `claude` in a
+terminal (a pty: what only an interactive session does), runs the installed
 `ai_smartness.py` CLI, and stops whatever daemon the hooks started.
 """
 
+import fcntl
 import json
 import os
+import pty
+import select
+import signal
+import struct
 import subprocess
 import sys
+import termios
+import time
 from pathlib import Path
 
 from support import stop_daemons
@@ -164,6 +172,53 @@ class Sandbox:
                                   stdout=o, stderr=e, timeout=CLAUDE_TIMEOUT)
         return ClaudeRun(proc.returncode, out.read_text(errors="replace"),
                          err.read_text(errors="replace"))
+
+    def run_interactive(self, api, prompt, until, timeout=CLAUDE_TIMEOUT):
+        """`claude` in a terminal (a pty, 100x30) in the project against the stand-in: types
+        `prompt` once the input box shows, runs until `until()` holds, then quits. Returns the
+        screen's bytes. Onboarding, the folder's trust and the API key are accepted beforehand
+        in the sandbox HOME, as a user who ran it once would have."""
+        state = self.home / ".claude.json"
+        config = json.loads(state.read_text()) if state.exists() else {}
+        config.update(hasCompletedOnboarding=True, customApiKeyResponses={"approved": [self.env["ANTHROPIC_API_KEY"][-20:]],
+                                                                         "rejected": []})
+        config.setdefault("projects", {})[str(self.project)] = {"hasTrustDialogAccepted": True,
+                                                                "hasCompletedProjectOnboarding": True}
+        state.write_text(json.dumps(config))
+        env = dict(self.env, ANTHROPIC_BASE_URL=api.url, TERM="xterm-256color")
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: nothing of the test's process may run here
+            try:
+                os.chdir(self.project)
+                os.execve(self.claude, [self.claude, "--allowedTools", "Read Bash Write Edit"], env)
+            finally:
+                os._exit(127)
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+        screen, typed, deadline = b"", False, time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if select.select([fd], [], [], 0.2)[0]:
+                    try:
+                        screen += os.read(fd, 65536)
+                    except OSError:
+                        break  # the client exited
+                if not typed and b"shortcuts" in screen:  # the input box's hint: ready for a prompt
+                    os.write(fd, prompt.encode())
+                    time.sleep(0.5)
+                    os.write(fd, b"\r")
+                    typed = True
+                elif typed and until():
+                    os.write(fd, b"/exit\r")
+                    break
+        finally:
+            time.sleep(1)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+            os.close(fd)
+        return screen
 
     def stop_daemon(self):
         """Stop whatever daemon the hooks started, and any left under the sandbox."""

@@ -259,6 +259,25 @@ def test_a_background_commands_crash_read_with_task_output_is_kept_as_that_comma
     assert all("EADDRINUSE" in m["text"] for m in looks)
 
 
+def test_in_a_terminal_a_background_crash_the_client_notifies_is_kept_as_that_commands_failure(sandbox):
+    """In an interactive session 2.1.197 tells the agent that a background command ended with a
+    notification sent as the next prompt (UserPromptSubmit): the crash is kept as that command's
+    failure, with the end of its output file, though the agent never looked at it."""
+    box = sandbox
+    command = "sleep 1; echo 'Error: listen EADDRINUSE: address already in use :::4000' >&2; exit 1"
+    turns = [tool_use("Bash", {"command": command, "description": "Start the API server", "run_in_background": True},
+                      id="toolu_bg"), FINAL, FINAL]
+    with FakeAnthropic(turns) as api:
+        def notified():
+            return any("<task-notification>" in json.dumps(b["messages"]) for b in api.bodies())
+        box.run_interactive(api, "start the API server in the background", notified)
+        assert notified(), api.bodies()
+    [crash] = stored_messages(box, lambda m: m.get("source") == "tool:TaskNotification")
+    assert crash["text"] == (f"$ {command} (background, failed, exit 1) [failed]\n"
+                             "Error: listen EADDRINUSE: address already in use :::4000"), crash
+    assert crash["failed"] and crash["command"] == command
+
+
 def launch_then_poll(launch, task_id, report):
     """A scripted model that makes the `launch` call (id toolu_launch) of a background run, whose
     subagents (a prompt with SUBTASK) answer `report`, then reads the run with TaskOutput (id

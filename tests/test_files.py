@@ -565,6 +565,51 @@ def test_a_background_tasks_notification_is_news_of_the_work_not_the_users_task(
     assert current.startswith('Current work: "start the SDK backend') and "Background command" not in current, current
 
 
+def test_a_background_commands_notification_is_that_commands_run(project, tmp_path):
+    """Claude Code 2.1 sends a background command's end as the next prompt, naming the task and
+    its output file: kept as that command's run (its command from the transcript, the end of its
+    output file), a failure its next passing run fixes. Without the file (gone, a link, another
+    task's), the notification's summary says how it ended; a subagent's stays its report."""
+    p = str(project)
+    common = {"isSidechain": False, "userType": "external", "cwd": p, "sessionId": "s1", "version": "2.1.197"}
+    calls = [(f"toolu_{tid}", "Bash", {"command": command, "run_in_background": True},
+              f"Command running in background with ID: {tid}.", {"backgroundTaskId": tid}, False)
+             for tid, command in (("bjr2wz6j8", "node server.js"), ("b0link", "npm run worker"),
+                                  ("b1other", "npm run build"))]
+    (project / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in turn_records(
+        common, "start the API server", calls)), encoding="utf-8")
+    tasks = tmp_path / "claude-0" / "-srv-api" / "s1" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / "bjr2wz6j8.output").write_text("listening on :4000\nError: listen EADDRINUSE: address already in use\n")
+    (tasks / "b0link.output").symlink_to(tasks / "bjr2wz6j8.output")
+
+    def notice(tid, status, summary, output=None):
+        return (f"<task-notification>\n<task-id>{tid}</task-id>\n<tool-use-id>toolu_{tid}</tool-use-id>\n"
+                f"<output-file>{output or tasks / (tid + '.output')}</output-file>\n<status>{status}</status>\n"
+                f"<summary>{summary}</summary>\n</task-notification>")
+    hook("inject", prompt_payload("start the API server", "s1", project), project)
+    for prompt in (notice("bjr2wz6j8", "failed", 'Background command "Start the API server" failed with exit code 1'),
+                   notice("b0link", "failed", 'Background command "Start the worker" failed with exit code 2'),
+                   notice("b1other", "failed", 'Background command "Build" failed with exit code 1',
+                          tasks / "bjr2wz6j8.output"),  # another task's file
+                   notice("a58545f", "completed", 'Agent "Audit the parser" completed')):
+        assert hook("inject", prompt_payload(prompt, "s1", project), project).returncode == 0
+    hook("capture", post_payload("Bash", {"command": "node server.js"}, {"stdout": "listening on :4001"}, "s1",
+                                 project), project)
+    mem = ais.open_memory(p)
+    mem.flush()
+    runs = {m["command"] if m.get("command") else m["text"]: m for m in mem.msgs.values()
+            if m["source"] == "tool:TaskNotification"}
+    crash = runs["node server.js"]
+    assert crash["text"] == ("$ node server.js (background, failed, exit 1) [failed]\n"
+                             "listening on :4000\nError: listen EADDRINUSE: address already in use"), crash
+    assert crash["failed"] and crash.get("fixed_by"), crash  # the next passing run fixed it
+    assert runs["npm run worker"]["text"] == ("$ npm run worker (background, failed, exit 2) [failed]\n"
+                                              'Background command "Start the worker" failed with exit code 2')
+    assert runs["npm run build"]["text"].endswith('\nBackground command "Build" failed with exit code 1')
+    assert 'Agent "Audit the parser" completed' in runs  # no command: the notice as it was
+
+
 def test_an_issue_read_through_mcp_is_recalled_with_the_work(project):
     """Through the real capture hook: the GitHub MCP server's issue, read in a turn, is memory a
     later prompt about it gets back."""
