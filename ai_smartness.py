@@ -433,6 +433,9 @@ REVIEW_FINDINGS, FINDING_CHARS = 12, 300
 NOTICE_SOURCE = "tool:TaskNotification"
 # Bytes read from the end of a background command's output file when its notification comes.
 TASK_OUTPUT_TAIL_BYTES = 16 * 1024
+# Exit codes of a process ended by SIGINT, SIGKILL or SIGTERM (128 + the signal): a background
+# server the agent or the user stopped, not a failure of its command.
+SIGNAL_EXITS = frozenset({130, 137, 143})
 # Characters of a tool's answer text read for the user's answers (older clients).
 MAX_ANSWERS_CHARS = 20000
 # The files a thread lists (the most recently touched), and a file's newest messages kept (the
@@ -2918,6 +2921,8 @@ def background_capture(payload, data_dir):
     command = resp.get("command") if isinstance(resp.get("command"), str) and resp["command"].strip() else None
     label = resp.get("description") if isinstance(resp.get("description"), str) else ""
     status, code = str(resp.get("status") or "running")[:20], resp.get("exitCode")
+    if isinstance(code, int) and code in SIGNAL_EXITS:  # a server stopped (`pkill -f "node server.js"`): no crash
+        status, code = "stopped", None
     failed = isinstance(code, int) and not isinstance(code, bool) and code != 0
     state = "background, " + status + (f", exit {code}" if failed else "")
     out = {k: resp.get(k) if isinstance(resp.get(k), str) else "" for k in ("stdout", "stderr")}

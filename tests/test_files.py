@@ -575,7 +575,7 @@ def test_a_background_commands_notification_is_that_commands_run(project, tmp_pa
     calls = [(f"toolu_{tid}", "Bash", {"command": command, "run_in_background": True},
               f"Command running in background with ID: {tid}.", {"backgroundTaskId": tid}, False)
              for tid, command in (("bjr2wz6j8", "node server.js"), ("b0link", "npm run worker"),
-                                  ("b1other", "npm run build"))]
+                                  ("b1other", "npm run build"), ("b2vite", "npx vite"))]
     (project / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in turn_records(
         common, "start the API server", calls)), encoding="utf-8")
     tasks = tmp_path / "claude-0" / "-srv-api" / "s1" / "tasks"
@@ -592,7 +592,8 @@ def test_a_background_commands_notification_is_that_commands_run(project, tmp_pa
                    notice("b0link", "failed", 'Background command "Start the worker" failed with exit code 2'),
                    notice("b1other", "failed", 'Background command "Build" failed with exit code 1',
                           tasks / "bjr2wz6j8.output"),  # another task's file
-                   notice("a58545f", "completed", 'Agent "Audit the parser" completed')):
+                   notice("a58545f", "completed", 'Agent "Audit the parser" completed'),
+                   notice("b2vite", "failed", 'Background command "Start Vite" failed with exit code 143')):
         assert hook("inject", prompt_payload(prompt, "s1", project), project).returncode == 0
     hook("capture", post_payload("Bash", {"command": "node server.js"}, {"stdout": "listening on :4001"}, "s1",
                                  project), project)
@@ -608,6 +609,9 @@ def test_a_background_commands_notification_is_that_commands_run(project, tmp_pa
                                               'Background command "Start the worker" failed with exit code 2')
     assert runs["npm run build"]["text"].endswith('\nBackground command "Build" failed with exit code 1')
     assert 'Agent "Audit the parser" completed' in runs  # no command: the notice as it was
+    # Ended by SIGTERM (128 + 15): a server stopped, most often on purpose, is no crash.
+    stopped = next(m for m in mem.msgs.values() if m["text"].startswith("$ npx vite"))
+    assert stopped["text"].startswith("$ npx vite (background, stopped)\n") and not stopped.get("failed"), stopped
 
 
 def test_an_issue_read_through_mcp_is_recalled_with_the_work(project):
