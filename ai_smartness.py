@@ -433,6 +433,9 @@ REVIEW_FINDINGS, FINDING_CHARS = 12, 300
 NOTICE_SOURCE = "tool:TaskNotification"
 # Bytes read from the end of a background command's output file when its notification comes.
 TASK_OUTPUT_TAIL_BYTES = 16 * 1024
+# What the client attached to a running turn (a prompt typed meanwhile, a task's notification):
+# at most this many journaled a sweep, the ids of this many remembered as journaled.
+QUEUED_PER_SWEEP, QUEUED_SEEN = 16, 64
 # Exit codes of a process ended by SIGINT, SIGKILL or SIGTERM (128 + the signal): a background
 # server the agent or the user stopped, not a failure of its command.
 SIGNAL_EXITS = frozenset({130, 137, 143})
@@ -6396,10 +6399,16 @@ class _Turns:
 
 def claude_events(records, stats):
     """Claude Code's ~/.claude/projects/<slug>/<session>.jsonl: user and assistant records of
-    the main chain (sidechains, meta records, summaries, snapshots and attachments, where our
-    own injected context lands, are skipped); tool results paired with their tool_use by id."""
+    the main chain and the inputs queued into it (queued_input; sidechains, meta records,
+    summaries, snapshots and other attachments, where our own injected context lands, are
+    skipped); tool results paired with their tool_use by id."""
     turns = _Turns(stats)
     for rec in records:
+        queued = queued_input(rec) if rec.get("type") == "attachment" else None
+        if queued:  # typed or notified while the agent worked: in the turn, which goes on
+            base = turns.base(rec.get("timestamp"), rec.get("sessionId"), rec.get("cwd"))
+            yield "prompt", dict(base, prompt=import_text(queued[2]) if queued[1] == "prompt" else queued[2])
+            continue
         if rec.get("type") not in ("user", "assistant") or rec.get("isSidechain") or rec.get("isMeta"):
             stats["skipped"] += 1
             continue
@@ -10135,18 +10144,66 @@ def failed_capture(payload, data_dir):
 
 def journal_prompt(store, payload):
     """Journal the prompt of an inject payload under its CAPTURE_KEY, once: what the process
-    shell journaled before asking the daemon is not written again. A background command's
-    notification is that command's run (command_notice)."""
+    shell journaled before asking the daemon is not written again."""
     prompt = payload.get("prompt")
     if payload.get(JOURNALED_KEY) or not isinstance(prompt, str) or not prompt.strip():
         return payload.get(CAPTURE_KEY) if payload.get(JOURNALED_KEY) else None
-    sid, run = payload.get("session_id"), command_notice(payload, store.dir)
-    entry = prepare_capture(run["text"], run["source"], session_id=sid, origin=run["origin"], failed=run.get("failed"),
-                            command=run.get("command")) if run else prepare_capture(prompt, "prompt", session_id=sid)
-    cid = journal(store, with_turn(entry, payload), payload.get(CAPTURE_KEY))
+    cid = journal(store, with_turn(prompt_entry(payload, store.dir), payload), payload.get(CAPTURE_KEY))
     if cid:
         payload[CAPTURE_KEY], payload[JOURNALED_KEY] = cid, True
     return cid
+
+
+def prompt_entry(payload, data_dir):
+    """The journal entry of the payload's prompt: a background command's notification is that
+    command's run (command_notice), a subagent's its result (prepare_capture)."""
+    sid, run = payload.get("session_id"), command_notice(payload, data_dir)
+    if run:
+        return prepare_capture(run["text"], run["source"], session_id=sid, origin=run["origin"],
+                               failed=run.get("failed"), command=run.get("command"))
+    return prepare_capture(payload["prompt"], "prompt", session_id=sid)
+
+
+def journal_queued(store, payload):
+    """Journal what Claude Code 2.1 attached to the session's turns while the agent worked, which
+    no hook is sent: a prompt the user typed meanwhile (its rules count like any prompt's), a
+    background task's notification (prompt_entry). Each attachment once (its id is remembered);
+    the same capture journaled again is stored once (capture_key)."""
+    seen = store.heartbeat().get("queued_seen")
+    seen = [x for x in seen if isinstance(x, str)] if isinstance(seen, list) else []
+    new = queued_inputs(payload.get("transcript_path"), set(seen))[-QUEUED_PER_SWEEP:]
+    for _, mode, prompt in new:
+        entry = prompt_entry(dict(payload, prompt=prompt), store.dir)
+        if entry and (mode == "prompt" or entry["source"] != "prompt"):  # a notification is never the user's
+            journal(store, with_turn(entry, payload))
+    if new:
+        store.update_heartbeat(edit=lambda doc: doc.update(queued_seen=(seen + [u for u, _, _ in new])[-QUEUED_SEEN:]))
+
+
+def queued_inputs(path, seen):
+    """(id, mode, text) of the inputs queued while the agent worked that the client attached to
+    the main conversation (a prompt, mode "prompt"; a task's notification, "task-notification"),
+    from the end of the transcript at `path`, oldest first, but those whose id is in `seen`."""
+    out = []
+    for line in transcript_tail(path, LAST_ANSWER_TAIL_BYTES):
+        if b'"queued_command"' in line:  # most lines: no JSON parsed
+            queued = queued_input(json_record(line))
+            if queued and queued[0] not in seen:
+                out.append(queued)
+    return out
+
+
+def queued_input(rec):
+    """(id, mode, text) of a transcript record that is an input queued while the agent worked
+    (queued_inputs), else None."""
+    att, uid = rec.get("attachment"), rec.get("uuid")
+    if rec.get("type") != "attachment" or rec.get("isSidechain") or not isinstance(att, dict) or \
+            att.get("type") != "queued_command" or not isinstance(uid, str) or not _TASK_ID_RE.fullmatch(uid):
+        return None
+    mode, text = att.get("commandMode"), att.get("prompt")
+    text = text if isinstance(text, str) else "\n".join(
+        p["text"] for p in text if isinstance(p, dict) and isinstance(p.get("text"), str)) if isinstance(text, list) else ""
+    return (uid, mode, text) if mode in ("prompt", "task-notification") and text.strip() else None
 
 
 @hook("inject", event="UserPromptSubmit", budget=4.0, via_daemon=True)
@@ -10319,9 +10376,11 @@ def git_changes(folder, seconds=GIT_SECONDS):
 
 @hook("stop", event="Stop", budget=8.0)
 def hook_stop(store, payload, mem):
-    """The agent's last answer, with the files changed in git (one bounded git look, before the
-    journal so that one entry carries both; the budget is deferred until it is written) and,
-    when configured, a request for a one-line decision record after a fix."""
+    """What was queued into the turn (journal_queued), then the agent's last answer, with the
+    files changed in git (one bounded git look, before the journal so that one entry carries
+    both; the budget is deferred until it is written) and, when configured, a request for a
+    one-line decision record after a fix."""
+    journal_queued(store, payload)  # before the answer that ends the turn they came into
     text = payload.get("last_assistant_message")
     if not isinstance(text, str) or not text.strip():
         text = last_assistant_text(payload.get("transcript_path"))
@@ -10346,6 +10405,7 @@ def hook_stop(store, payload, mem):
 
 @hook("end", event="SessionEnd", budget=1.0)
 def hook_end(store, payload, mem):
+    journal_queued(store, payload)  # what the client wrote after the last Stop read it
     store.update_heartbeat(last_session_end=iso(time.time()), last_end_reason=payload.get("reason"))
     return ""
 

@@ -173,11 +173,12 @@ class Sandbox:
         return ClaudeRun(proc.returncode, out.read_text(errors="replace"),
                          err.read_text(errors="replace"))
 
-    def run_interactive(self, api, prompt, until, timeout=CLAUDE_TIMEOUT):
+    def run_interactive(self, api, prompt, until, timeout=CLAUDE_TIMEOUT, meanwhile=None):
         """`claude` in a terminal (a pty, 100x30) in the project against the stand-in: types
-        `prompt` once the input box shows, runs until `until()` holds, then quits. Returns the
-        screen's bytes. Onboarding, the folder's trust and the API key are accepted beforehand
-        in the sandbox HOME, as a user who ran it once would have."""
+        `prompt` once the input box shows, then the text of `meanwhile` (ready, text) once
+        `ready()` holds, runs until `until()` holds, then quits. Returns the screen's bytes.
+        Onboarding, the folder's trust and the API key are accepted beforehand in the sandbox
+        HOME, as a user who ran it once would have."""
         state = self.home / ".claude.json"
         config = json.loads(state.read_text()) if state.exists() else {}
         config.update(hasCompletedOnboarding=True, customApiKeyResponses={"approved": [self.env["ANTHROPIC_API_KEY"][-20:]],
@@ -203,10 +204,11 @@ class Sandbox:
                     except OSError:
                         break  # the client exited
                 if not typed and b"shortcuts" in screen:  # the input box's hint: ready for a prompt
-                    os.write(fd, prompt.encode())
-                    time.sleep(0.5)
-                    os.write(fd, b"\r")
+                    self._type(fd, prompt)
                     typed = True
+                elif typed and meanwhile and meanwhile[0]():
+                    self._type(fd, meanwhile[1])
+                    meanwhile = None
                 elif typed and until():
                     os.write(fd, b"/exit\r")
                     break
@@ -219,6 +221,12 @@ class Sandbox:
             os.waitpid(pid, 0)
             os.close(fd)
         return screen
+
+    @staticmethod
+    def _type(fd, text):
+        os.write(fd, text.encode())
+        time.sleep(0.5)
+        os.write(fd, b"\r")
 
     def stop_daemon(self):
         """Stop whatever daemon the hooks started, and any left under the sandbox."""

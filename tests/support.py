@@ -248,6 +248,15 @@ def turn_records(common, prompt, calls):
     return records
 
 
+def queued_record(common, uid, mode, text):
+    """A transcript record of an input queued while the agent worked, as Claude Code 2.1.197
+    attaches it to the running turn: a prompt the user typed (mode "prompt"), a background
+    task's notification ("task-notification")."""
+    return dict(common, type="attachment", uuid=uid, parentUuid="r0", timestamp="2026-11-20T10:01:40.000Z",
+                attachment={"type": "queued_command", "prompt": text, "commandMode": mode,
+                            "timestamp": "2026-11-20T10:01:40.000Z"})
+
+
 def bash_payload(marker, i=0, session=SESSION, project=None):
     """A PostToolUse of Bash shaped like fixtures/PostToolUse_Bash.json, carrying `marker`."""
     return dict(post_payload("Bash", {"command": f"python -m pytest tests/test_parser_{i}.py",

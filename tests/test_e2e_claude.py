@@ -278,6 +278,47 @@ def test_in_a_terminal_a_background_crash_the_client_notifies_is_kept_as_that_co
     assert crash["failed"] and crash["command"] == command
 
 
+def test_a_background_crash_while_the_agent_works_is_kept_as_that_commands_failure(sandbox):
+    """A background command that ends while the agent is still at work: 2.1.197 attaches its
+    notification to the running turn, and no hook is sent for it. The turn's end keeps it as
+    that command's failure, with the end of its output file."""
+    box = sandbox
+    command = "sleep 1; echo 'Error: listen EADDRINUSE: address already in use :::4000' >&2; exit 1"
+    turns = [tool_use("Bash", {"command": command, "description": "Start the API server", "run_in_background": True},
+                      id="toolu_bg"), tool_use("Bash", {"command": "sleep 4"}, id="toolu_wait"), FINAL]
+    with FakeAnthropic(turns) as api:
+        bodies = run_ok(box, api, "start the API server in the background, then wait a little", "--allowedTools", "Bash")
+    assert "<task-notification>" in json.dumps(bodies[-1]["messages"][-3:]), bodies[-1]["messages"][-3:]
+    assert not any("<task-notification>" in json.dumps(b["messages"][:1]) for b in bodies)  # no prompt of its own
+    [crash] = stored_messages(box, lambda m: m.get("source") == "tool:TaskNotification")
+    assert crash["text"] == (f"$ {command} (background, failed, exit 1) [failed]\n"
+                             "Error: listen EADDRINUSE: address already in use :::4000"), crash
+    assert crash["failed"] and crash["command"] == command
+
+
+def test_in_a_terminal_what_the_user_types_while_the_agent_works_is_kept(sandbox):
+    """In a terminal the user types while the agent works: 2.1.197 queues it and hands it to the
+    running turn, and no UserPromptSubmit is sent for it. It is kept as the user's prompt, its
+    instruction a rule that the next session's prompts get."""
+    box = sandbox
+    typed = "from now on, always use tabs for indentation in this repo"
+    turns = [tool_use("Bash", {"command": "sleep 6", "description": "Wait for the build"}, id="toolu_wait"), FINAL,
+             FINAL]
+    with FakeAnthropic(turns) as api:
+        def answered():
+            return len(api.bodies()) >= 2 and typed in json.dumps(api.bodies()[-1]["messages"])
+        box.run_interactive(api, "wait for the build", answered, meanwhile=(lambda: len(api.bodies()) >= 1, typed))
+        assert answered(), api.bodies()
+    handed = next(b for b in api.bodies() if typed in json.dumps(b["messages"]))
+    said = json.dumps([m for m in handed["messages"] if m["role"] == "assistant"])
+    assert "toolu_wait" in said and FINAL not in said, handed["messages"]  # in the turn, before its answer
+    [kept] = stored_messages(box, lambda m: m["text"] == typed)
+    assert kept["source"] == "prompt", kept
+    with FakeAnthropic([FINAL]) as api:
+        bodies = run_ok(box, api, "indent the new parser module")
+    assert "Always use tabs for indentation in this repo" in memory_context(bodies[0]), memory_context(bodies[0])
+
+
 def launch_then_poll(launch, task_id, report):
     """A scripted model that makes the `launch` call (id toolu_launch) of a background run, whose
     subagents (a prompt with SUBTASK) answer `report`, then reads the run with TaskOutput (id

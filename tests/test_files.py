@@ -10,7 +10,8 @@ import pytest
 
 import ai_smartness as ais
 from conftest import hook
-from support import ROOT, post_payload, prompt_payload, start_payload, stop_payload, turn_records
+from support import (ROOT, end_payload, post_payload, prompt_payload, queued_record, start_payload, stop_payload,
+                     turn_records)
 
 
 def test_a_path_is_made_relative_to_the_project_and_never_leaves_it():
@@ -612,6 +613,46 @@ def test_a_background_commands_notification_is_that_commands_run(project, tmp_pa
     # Ended by SIGTERM (128 + 15): a server stopped, most often on purpose, is no crash.
     stopped = next(m for m in mem.msgs.values() if m["text"].startswith("$ npx vite"))
     assert stopped["text"].startswith("$ npx vite (background, stopped)\n") and not stopped.get("failed"), stopped
+
+
+def test_what_comes_while_the_agent_works_is_kept_once(project, tmp_path):
+    """Claude Code 2.1 hands a prompt typed while the agent works, and the notification of a
+    background command that ends meanwhile, to the running turn as transcript attachments: no
+    hook is sent for them. The turn's Stop keeps them, each once though Stop fires again and
+    the session's end looks too: the instruction typed is a rule, the crash its command's
+    failure, which its next passing run fixes. A subagent's attachment stays out of it."""
+    p = str(project)
+    common = {"isSidechain": False, "userType": "external", "cwd": p, "sessionId": "s1", "version": "2.1.197"}
+    tasks = tmp_path / "claude-0" / "-srv-api" / "s1" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / "bjr2wz6j8.output").write_text("FAIL src/parser.test.ts\n  expected 3 tokens, got 2\n")
+    calls = [("toolu_bg", "Bash", {"command": "npm test", "run_in_background": True},
+              "Command running in background with ID: bjr2wz6j8.", {"backgroundTaskId": "bjr2wz6j8"}, False),
+             ("toolu_fg", "Bash", {"command": "npx prettier --write src"}, "done", {"stdout": "done"}, False)]
+    typed = "from now on, always use tabs for indentation in this repo"
+    notice = ("<task-notification>\n<task-id>bjr2wz6j8</task-id>\n<tool-use-id>toolu_bg</tool-use-id>\n"
+              f"<output-file>{tasks / 'bjr2wz6j8.output'}</output-file>\n<status>failed</status>\n"
+              '<summary>Background command "Run the tests" failed with exit code 1</summary>\n</task-notification>')
+    records = turn_records(common, "run the tests in the background and format the sources", calls) + [
+        queued_record(common, "q-typed", "prompt", typed), queued_record(common, "q-notice", "task-notification", notice),
+        dict(queued_record(common, "q-sub", "prompt", "never commit generated files"), isSidechain=True)]
+    (project / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    hook("inject", prompt_payload("run the tests in the background and format the sources", "s1", project), project)
+    for _ in range(2):
+        assert hook("stop", stop_payload("Tests started; sources formatted.", session="s1", project=project),
+                    project).returncode == 0
+    assert hook("end", end_payload(session="s1", project=project), project).returncode == 0
+    hook("capture", post_payload("Bash", {"command": "npm test"}, {"stdout": "Tests: 12 passed"}, "s1", project),
+         project)
+    mem = ais.open_memory(p)
+    mem.flush()
+    assert [m["source"] for m in mem.msgs.values() if m["text"] == typed] == ["prompt"]
+    assert [r["text"] for r in ais.current_rules(mem.store.rules())] == ["Always use tabs for indentation in this repo"]
+    [crash] = [m for m in mem.msgs.values() if m["source"] == "tool:TaskNotification"]
+    assert crash["text"] == ("$ npm test (background, failed, exit 1) [failed]\n"
+                             "FAIL src/parser.test.ts\n  expected 3 tokens, got 2"), crash
+    assert crash["failed"] and crash.get("fixed_by"), crash
+    assert not any("generated files" in m["text"] for m in mem.msgs.values())
 
 
 def test_an_issue_read_through_mcp_is_recalled_with_the_work(project):

@@ -10,7 +10,7 @@ import pytest
 
 import ai_smartness as ai
 from conftest import cli, cli_json
-from support import installed_hook, shared_path, stop_daemons, turn_records, unavailable
+from support import installed_hook, queued_record, shared_path, stop_daemons, turn_records, unavailable
 
 TRANSCRIPTS = ("fixtures", "claude-code", "transcripts")
 
@@ -504,6 +504,31 @@ def test_an_imported_background_commands_output_is_that_commands_run(project, tm
     [crash] = [m for m in exported(project) if m["source"] == "tool:TaskOutput"]
     assert crash["text"].startswith("$ npm run dev (background, failed, exit 1) [failed]\nError: listen EADDRINUSE")
     assert crash["failed"] and crash["command"] == command
+
+
+def test_an_import_keeps_what_was_typed_while_the_agent_worked(project, tmp_path):
+    """What Claude Code 2.1 attached to a running turn (shapes of 2.1.197) is imported in its
+    place: a prompt typed meanwhile as the user's, its instruction a rule; a background
+    command's notification as its news. The turn goes on: its answer is the last one."""
+    common = {"isSidechain": False, "userType": "external", "cwd": str(project), "sessionId": "s-q", "version": "2.1.197"}
+    calls = [("toolu_bg", "Bash", {"command": "npm test", "run_in_background": True},
+              "Command running in background with ID: bq1.", {"backgroundTaskId": "bq1"}, False)]
+    notice = ("<task-notification>\n<task-id>bq1</task-id>\n<status>failed</status>\n"
+              '<summary>Background command "Run the tests" failed with exit code 1</summary>\n</task-notification>')
+    answer = dict(common, type="assistant", uuid="a9", timestamp="2026-11-20T10:05:00.000Z",
+                  message={"id": "m9", "role": "assistant", "content": [{"type": "text", "text": "Tests fixed."}]})
+    records = turn_records(common, "run the tests in the background", calls) + [
+        queued_record(common, "q1", "prompt", "from now on, always use tabs for indentation in this repo"),
+        queued_record(common, "q2", "task-notification", notice), answer]
+    path = tmp_path / "s-q.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert imported(project, path, fmt="claude-jsonl")["stored"] == 5
+    kept = {m["text"]: m for m in exported(project)}
+    assert kept["from now on, always use tabs for indentation in this repo"]["source"] == "prompt"
+    assert kept['Background command "Run the tests" failed with exit code 1']["source"] == "tool:TaskNotification"
+    assert kept["Tests fixed."]["source"] == "assistant"
+    rules = cli_json("rules", project=project)
+    assert "Always use tabs for indentation in this repo" in json.dumps(rules), rules
 
 
 def test_secrets_are_redacted_on_import(project, tmp_path):
