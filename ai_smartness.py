@@ -433,9 +433,12 @@ REVIEW_FINDINGS, FINDING_CHARS = 12, 300
 NOTICE_SOURCE = "tool:TaskNotification"
 # Bytes read from the end of a background command's output file when its notification comes.
 TASK_OUTPUT_TAIL_BYTES = 16 * 1024
-# What the client attached to a running turn (a prompt typed meanwhile, a task's notification):
-# at most this many journaled a sweep, the ids of this many remembered as journaled.
-QUEUED_PER_SWEEP, QUEUED_SEEN = 16, 64
+# What went into the conversation with no hook (a prompt typed while the agent worked, a task's
+# notification, a command the user ran): at most this many journaled a sweep, the ids of this many
+# remembered as journaled.
+UNHOOKED_PER_SWEEP, UNHOOKED_SEEN = 16, 64
+# How a command the user ran at Claude Code's prompt ("!npm test") is described in its capture.
+USER_RUN_LABEL = "run by the user"
 # Exit codes of a process ended by SIGINT, SIGKILL or SIGTERM (128 + the signal): a background
 # server the agent or the user stopped, not a failure of its command.
 SIGNAL_EXITS = frozenset({130, 137, 143})
@@ -6337,12 +6340,12 @@ def import_text(value):
 
 class _Turns:
     """What the parsers share: the session and turn in force, the tool calls awaiting their
-    result, the commands of background tasks, and the answer pending until the next prompt (the
-    last message of a turn)."""
+    result, the commands of background tasks, the commands the user ran awaiting their output,
+    and the answer pending until the next prompt (the last message of a turn)."""
 
     def __init__(self, stats, session=None, cwd=None):
         self.stats, self.session, self.cwd = stats, session, cwd
-        self.turn, self.calls, self.answer, self.background = None, {}, None, {}
+        self.turn, self.calls, self.answer, self.background, self.shell = None, {}, None, {}, {}
 
     def base(self, at, session=None, cwd=None, turn=None):
         return {"session_id": session or self.session, "cwd": cwd or self.cwd, "at": at,
@@ -6399,15 +6402,27 @@ class _Turns:
 
 def claude_events(records, stats):
     """Claude Code's ~/.claude/projects/<slug>/<session>.jsonl: user and assistant records of
-    the main chain and the inputs queued into it (queued_input; sidechains, meta records,
-    summaries, snapshots and other attachments, where our own injected context lands, are
-    skipped); tool results paired with their tool_use by id."""
+    the main chain, the inputs queued into it (queued_input) and the commands the user ran in
+    it (shell_record; sidechains, meta records, summaries, snapshots and other attachments,
+    where our own injected context lands, are skipped); tool results paired with their
+    tool_use by id."""
     turns = _Turns(stats)
     for rec in records:
         queued = queued_input(rec) if rec.get("type") == "attachment" else None
         if queued:  # typed or notified while the agent worked: in the turn, which goes on
             base = turns.base(rec.get("timestamp"), rec.get("sessionId"), rec.get("cwd"))
             yield "prompt", dict(base, prompt=import_text(queued[2]) if queued[1] == "prompt" else queued[2])
+            continue
+        shell = shell_record(rec) if rec.get("type") == "user" else None
+        if shell and shell[0] == "command":  # a command the user ran, not a prompt: kept with its output
+            turns.shell[shell[1]] = shell[2]
+            continue
+        if shell:
+            command = turns.shell.pop(shell[1], None)
+            run = user_run(command, *shell[2], shell[1], turns.base(rec.get("timestamp"), rec.get("sessionId"),
+                                                                    rec.get("cwd"))) if command else None
+            if run:
+                yield run
             continue
         if rec.get("type") not in ("user", "assistant") or rec.get("isSidechain") or rec.get("isMeta"):
             stats["skipped"] += 1
@@ -10164,38 +10179,53 @@ def prompt_entry(payload, data_dir):
     return prepare_capture(payload["prompt"], "prompt", session_id=sid)
 
 
-def journal_queued(store, payload):
-    """Journal what Claude Code 2.1 attached to the session's turns while the agent worked, which
-    no hook is sent: a prompt the user typed meanwhile (its rules count like any prompt's), a
-    background task's notification (prompt_entry). Each attachment once (its id is remembered);
-    the same capture journaled again is stored once (capture_key)."""
-    seen = store.heartbeat().get("queued_seen")
+def journal_unhooked(store, payload):
+    """Journal what went into the session's conversation with no hook sent for it (Claude Code
+    2.1.197; unhooked_inputs): a prompt the user typed while the agent worked (its rules count
+    like any prompt's), a background task's notification that came meanwhile (prompt_entry), a
+    command the user ran with "!" (user_run). Each once: the ids of the transcript's records are
+    remembered, and the same capture journaled again is stored once (capture_key)."""
+    seen = store.heartbeat().get("unhooked_seen")
     seen = [x for x in seen if isinstance(x, str)] if isinstance(seen, list) else []
-    new = queued_inputs(payload.get("transcript_path"), set(seen))[-QUEUED_PER_SWEEP:]
-    for _, mode, prompt in new:
-        entry = prompt_entry(dict(payload, prompt=prompt), store.dir)
-        if entry and (mode == "prompt" or entry["source"] != "prompt"):  # a notification is never the user's
-            journal(store, with_turn(entry, payload))
+    new = unhooked_inputs(payload.get("transcript_path"), set(seen))[-UNHOOKED_PER_SWEEP:]
+    for uid, mode, value in new:
+        if mode == "shell":
+            event = user_run(*value, uid, payload)
+            entry = capture_entry(*event, store.dir) if event else None
+        else:
+            entry = prompt_entry(dict(payload, prompt=value), store.dir)
+            # A notification is never the user's prompt.
+            entry = with_turn(entry, payload) if entry and (mode == "prompt" or entry["source"] != "prompt") else None
+        journal(store, entry)
     if new:
-        store.update_heartbeat(edit=lambda doc: doc.update(queued_seen=(seen + [u for u, _, _ in new])[-QUEUED_SEEN:]))
+        store.update_heartbeat(edit=lambda doc: doc.update(
+            unhooked_seen=(seen + [u for u, _, _ in new])[-UNHOOKED_SEEN:]))
 
 
-def queued_inputs(path, seen):
-    """(id, mode, text) of the inputs queued while the agent worked that the client attached to
-    the main conversation (a prompt, mode "prompt"; a task's notification, "task-notification"),
-    from the end of the transcript at `path`, oldest first, but those whose id is in `seen`."""
-    out = []
+def unhooked_inputs(path, seen):
+    """(id, mode, value) of what went into the main conversation with no hook sent for it, from
+    the end of the transcript at `path`, oldest first, but the records whose id is in `seen`:
+    an input queued while the agent worked and attached to its turn (queued_input: mode
+    "prompt" or "task-notification", value its text) and a command the user ran ("shell",
+    value (command, stdout, stderr): shell_record)."""
+    out, ran = [], {}
     for line in transcript_tail(path, LAST_ANSWER_TAIL_BYTES):
         if b'"queued_command"' in line:  # most lines: no JSON parsed
             queued = queued_input(json_record(line))
             if queued and queued[0] not in seen:
                 out.append(queued)
+        elif b"<bash-" in line:
+            kind, uid, value = shell_record(json_record(line)) or (None, None, None)
+            if kind == "command":
+                ran[uid] = value
+            elif kind == "output" and uid in ran and uid not in seen:
+                out.append((uid, "shell", (ran.pop(uid), *value)))
     return out
 
 
 def queued_input(rec):
     """(id, mode, text) of a transcript record that is an input queued while the agent worked
-    (queued_inputs), else None."""
+    (unhooked_inputs), else None."""
     att, uid = rec.get("attachment"), rec.get("uuid")
     if rec.get("type") != "attachment" or rec.get("isSidechain") or not isinstance(att, dict) or \
             att.get("type") != "queued_command" or not isinstance(uid, str) or not _TASK_ID_RE.fullmatch(uid):
@@ -10204,6 +10234,42 @@ def queued_input(rec):
     text = text if isinstance(text, str) else "\n".join(
         p["text"] for p in text if isinstance(p, dict) and isinstance(p.get("text"), str)) if isinstance(text, list) else ""
     return (uid, mode, text) if mode in ("prompt", "task-notification") and text.strip() else None
+
+
+# A command the user ran with "!" at Claude Code's prompt: a user record of its line, then one of
+# its output, whole in <bash-stderr> when it failed, stderr merged into <bash-stdout> when it passed.
+_SHELL_COMMAND_RE = LazyRe(r"\s*<bash-input>((?:[^<]|<(?!/bash-input>))*)</bash-input>\s*")
+_SHELL_OUTPUT_RE = LazyRe(r"\s*<bash-stdout>((?:[^<]|<(?!/bash-stdout>))*)</bash-stdout>"
+                          r"<bash-stderr>((?:[^<]|<(?!/bash-stderr>))*)</bash-stderr>\s*")
+
+
+def shell_record(rec):
+    """("command", its record's id, the command line) or ("output", the command record's id,
+    (stdout, stderr)) for a main-conversation record of a command the user ran; else None."""
+    msg = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+    text = msg.get("content")
+    if rec.get("type") != "user" or rec.get("isSidechain") or not isinstance(text, str) or "<bash-" not in text[:40]:
+        return None
+    command, output = _SHELL_COMMAND_RE.fullmatch(text), _SHELL_OUTPUT_RE.fullmatch(text)
+    uid = rec.get("uuid") if command else rec.get("parentUuid")
+    if not isinstance(uid, str) or not _TASK_ID_RE.fullmatch(uid):
+        return None
+    if command and command.group(1).strip():
+        return "command", uid, command.group(1).strip()
+    return ("output", uid, output.groups()) if output else None
+
+
+def user_run(command, stdout, stderr, uid, base):
+    """The hook event a command the user ran would have made: Bash's PostToolUse, its failure
+    when the client gave its output as stderr; (kind, payload) for capture_entry, None without
+    output (how it ended is not known)."""
+    if not stdout.strip() and not stderr.strip():
+        return None
+    payload = dict(base, tool_name="Bash", tool_use_id=uid,
+                   tool_input={"command": command, "description": USER_RUN_LABEL})
+    if stderr.strip():
+        return "failure", dict(payload, error=stderr.strip())
+    return "tool", dict(payload, tool_response={"stdout": stdout})
 
 
 @hook("inject", event="UserPromptSubmit", budget=4.0, via_daemon=True)
@@ -10376,11 +10442,11 @@ def git_changes(folder, seconds=GIT_SECONDS):
 
 @hook("stop", event="Stop", budget=8.0)
 def hook_stop(store, payload, mem):
-    """What was queued into the turn (journal_queued), then the agent's last answer, with the
+    """What went into the turn with no hook (journal_unhooked), then the agent's last answer, with the
     files changed in git (one bounded git look, before the journal so that one entry carries
     both; the budget is deferred until it is written) and, when configured, a request for a
     one-line decision record after a fix."""
-    journal_queued(store, payload)  # before the answer that ends the turn they came into
+    journal_unhooked(store, payload)  # before the answer that ends the turn they came into
     text = payload.get("last_assistant_message")
     if not isinstance(text, str) or not text.strip():
         text = last_assistant_text(payload.get("transcript_path"))
@@ -10405,7 +10471,7 @@ def hook_stop(store, payload, mem):
 
 @hook("end", event="SessionEnd", budget=1.0)
 def hook_end(store, payload, mem):
-    journal_queued(store, payload)  # what the client wrote after the last Stop read it
+    journal_unhooked(store, payload)  # what the client wrote after the last Stop read it
     store.update_heartbeat(last_session_end=iso(time.time()), last_end_reason=payload.get("reason"))
     return ""
 

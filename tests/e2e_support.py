@@ -26,6 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 INSTALL_SH = REPO / "install.sh"
 # Generous: the machine is a noisy 2-core box; a healthy run takes a few seconds.
 CLAUDE_TIMEOUT = 120
+# Seconds a terminal session is given to end after /exit (it runs its SessionEnd hooks first).
+QUIT_SECONDS = 20
 INSTALL_TIMEOUT = 600
 CLI_TIMEOUT = 120
 # The foreign hook logs "<tool_name>\t<file_path or command>" per PostToolUse it sees.
@@ -175,8 +177,9 @@ class Sandbox:
 
     def run_interactive(self, api, prompt, until, timeout=CLAUDE_TIMEOUT, meanwhile=None):
         """`claude` in a terminal (a pty, 100x30) in the project against the stand-in: types
-        `prompt` once the input box shows, then the text of `meanwhile` (ready, text) once
-        `ready()` holds, runs until `until()` holds, then quits. Returns the screen's bytes.
+        `prompt` once the input box shows (one starting with "!" at its shell mode), then the text of `meanwhile` (ready, text) once
+        `ready()` holds, runs until `until()` holds, then quits (/exit, then the client's end
+        is waited for QUIT_SECONDS at most). Returns the screen's bytes.
         Onboarding, the folder's trust and the API key are accepted beforehand in the sandbox
         HOME, as a user who ran it once would have."""
         state = self.home / ".claude.json"
@@ -203,6 +206,8 @@ class Sandbox:
                         screen += os.read(fd, 65536)
                     except OSError:
                         break  # the client exited
+                if typed is None:
+                    continue  # quitting
                 if not typed and b"shortcuts" in screen:  # the input box's hint: ready for a prompt
                     self._type(fd, prompt)
                     typed = True
@@ -211,9 +216,10 @@ class Sandbox:
                     meanwhile = None
                 elif typed and until():
                     os.write(fd, b"/exit\r")
-                    break
+                    # The client runs its SessionEnd hooks before it exits: waited for.
+                    deadline = min(deadline, time.monotonic() + QUIT_SECONDS)
+                    typed = None
         finally:
-            time.sleep(1)
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -224,6 +230,10 @@ class Sandbox:
 
     @staticmethod
     def _type(fd, text):
+        if text.startswith("!"):  # the prompt turns to its shell mode first
+            os.write(fd, b"!")
+            time.sleep(1)
+            text = text[1:]
         os.write(fd, text.encode())
         time.sleep(0.5)
         os.write(fd, b"\r")

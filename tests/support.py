@@ -257,6 +257,16 @@ def queued_record(common, uid, mode, text):
                             "timestamp": "2026-11-20T10:01:40.000Z"})
 
 
+def user_run_records(common, uid, command, stdout="", stderr=""):
+    """The transcript records of a command the user ran with "!" at Claude Code 2.1.197's
+    prompt: its line, then its output (whole in stderr when it failed)."""
+    return [dict(common, type="user", uuid=uid, parentUuid="a0", timestamp="2026-11-20T10:03:00.000Z",
+                 message={"role": "user", "content": f"<bash-input>{command}</bash-input>"}),
+            dict(common, type="user", uuid=uid + "-out", parentUuid=uid, timestamp="2026-11-20T10:03:01.000Z",
+                 message={"role": "user", "content": f"<bash-stdout>{stdout}</bash-stdout><bash-stderr>{stderr}"
+                                                     "</bash-stderr>"})]
+
+
 def bash_payload(marker, i=0, session=SESSION, project=None):
     """A PostToolUse of Bash shaped like fixtures/PostToolUse_Bash.json, carrying `marker`."""
     return dict(post_payload("Bash", {"command": f"python -m pytest tests/test_parser_{i}.py",

@@ -319,6 +319,21 @@ def test_in_a_terminal_what_the_user_types_while_the_agent_works_is_kept(sandbox
     assert "Always use tabs for indentation in this repo" in memory_context(bodies[0]), memory_context(bodies[0])
 
 
+def test_in_a_terminal_a_command_the_user_runs_is_kept_as_that_commands_run(sandbox):
+    """At the prompt of a terminal session the user runs a command with "!": 2.1.197 hands the
+    command and its output to the model, and no hook is sent for it. It is kept as a run of
+    that command, a failure when it failed, not as the user's words."""
+    box = sandbox
+    command = "echo 'FAIL src/parser.test.ts: expected 3 tokens, got 2'; exit 1"
+    with FakeAnthropic([FINAL, FINAL]) as api:
+        box.run_interactive(api, "!" + command, lambda: bool(api.bodies()))
+    assert "<bash-input>" in json.dumps(api.bodies()[0]["messages"]), api.bodies()
+    [run] = stored_messages(box, lambda m: m["text"].startswith(f"$ {command}"))
+    assert run["text"] == f"$ {command} (run by the user) [failed]\nFAIL src/parser.test.ts: expected 3 tokens, got 2", run
+    assert run["failed"] and run["source"] == "tool:Bash", run
+    assert not stored_messages(box, lambda m: "bash-" in m["text"] or m["source"] == "prompt", lambda found: True)
+
+
 def launch_then_poll(launch, task_id, report):
     """A scripted model that makes the `launch` call (id toolu_launch) of a background run, whose
     subagents (a prompt with SUBTASK) answer `report`, then reads the run with TaskOutput (id

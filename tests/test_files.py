@@ -11,7 +11,7 @@ import pytest
 import ai_smartness as ais
 from conftest import hook
 from support import (ROOT, end_payload, post_payload, prompt_payload, queued_record, start_payload, stop_payload,
-                     turn_records)
+                     turn_records, user_run_records)
 
 
 def test_a_path_is_made_relative_to_the_project_and_never_leaves_it():
@@ -653,6 +653,32 @@ def test_what_comes_while_the_agent_works_is_kept_once(project, tmp_path):
                              "FAIL src/parser.test.ts\n  expected 3 tokens, got 2"), crash
     assert crash["failed"] and crash.get("fixed_by"), crash
     assert not any("generated files" in m["text"] for m in mem.msgs.values())
+
+
+def test_a_command_the_user_runs_is_kept_as_that_commands_run(project):
+    """A command the user runs with "!" at Claude Code 2.1's prompt goes to the model with no
+    hook: the next Stop keeps it as a run of that command, not as the user's words; a failure
+    (the client gives its output as stderr) that the agent's next passing run fixes. One with
+    no output says nothing of how it ended: not kept."""
+    p = str(project)
+    common = {"isSidechain": False, "userType": "external", "cwd": p, "sessionId": "s1", "version": "2.1.197"}
+    records = (turn_records(common, "make the parser tests pass", [])
+               + user_run_records(common, "u-test", "npm test", stderr="FAIL src/parser.test.ts\n  expected 3 tokens\n")
+               + user_run_records(common, "u-git", "git status", stdout="On branch main\nnothing to commit")
+               + user_run_records(common, "u-true", "true"))
+    (project / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    hook("inject", prompt_payload("make the parser tests pass", "s1", project), project)
+    assert hook("stop", stop_payload("Looking at the failure.", session="s1", project=project), project).returncode == 0
+    hook("capture", post_payload("Edit", {"file_path": f"{p}/src/parser.ts", "old_string": "a", "new_string": "b"},
+                                 {"filePath": f"{p}/src/parser.ts"}, "s1", project), project)
+    hook("capture", post_payload("Bash", {"command": "npm test"}, {"stdout": "Tests: 12 passed"}, "s1", project), project)
+    mem = ais.open_memory(p)
+    mem.flush()
+    runs = {m["text"]: m for m in mem.msgs.values() if "(run by the user)" in m["text"]}
+    failed = runs["$ npm test (run by the user) [failed]\nFAIL src/parser.test.ts\n  expected 3 tokens"]
+    assert failed["failed"] and failed["fixed_files"] == ["src/parser.ts"], failed
+    assert "$ git status (run by the user)\nOn branch main\nnothing to commit" in runs and len(runs) == 2, runs
+    assert [m["text"] for m in mem.msgs.values() if m["source"] == "prompt"] == ["make the parser tests pass"]
 
 
 def test_an_issue_read_through_mcp_is_recalled_with_the_work(project):

@@ -10,7 +10,8 @@ import pytest
 
 import ai_smartness as ai
 from conftest import cli, cli_json
-from support import installed_hook, queued_record, shared_path, stop_daemons, turn_records, unavailable
+from support import (installed_hook, queued_record, shared_path, stop_daemons, stop_payload, turn_records,
+                     unavailable, user_run_records)
 
 TRANSCRIPTS = ("fixtures", "claude-code", "transcripts")
 
@@ -529,6 +530,31 @@ def test_an_import_keeps_what_was_typed_while_the_agent_worked(project, tmp_path
     assert kept["Tests fixed."]["source"] == "assistant"
     rules = cli_json("rules", project=project)
     assert "Always use tabs for indentation in this repo" in json.dumps(rules), rules
+
+
+def test_what_no_hook_was_sent_for_is_stored_once_live_and_imported(project, tmp_path):
+    """A prompt typed while the agent worked and the commands the user ran with "!" (2.1.197
+    sends no hook for them): what the turn's Stop kept, an import of the same transcript knows,
+    and it stores them alike in another project."""
+    p = str(project)
+    common = {"isSidechain": False, "userType": "external", "cwd": p, "sessionId": "s-u", "version": "2.1.197"}
+    records = (turn_records(common, "make the parser tests pass", [])
+               + [queued_record(common, "q1", "prompt", "from now on, always run the linter before the tests")]
+               + user_run_records(common, "u1", "npm test", stderr="FAIL src/parser.test.ts")
+               + user_run_records(common, "u2", "git status", stdout="On branch main"))
+    path = project / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    live = dict(stop_payload(session="s-u", project=project), last_assistant_message="")
+    assert installed_hook("stop", live, project).returncode == 0
+    kept = sorted(m["text"] for m in exported(project))
+    assert kept == ["$ git status (run by the user)\nOn branch main", "$ npm test (run by the user) [failed]\n"
+                    "FAIL src/parser.test.ts", "from now on, always run the linter before the tests"], kept
+    out = imported(project, path, fmt="claude-jsonl")
+    assert out["known"] == 3 and out["stored"] == 1, out  # the turn's prompt, which no hook was given here
+    other = tmp_path / "other"
+    other.mkdir()
+    imported(other, path, fmt="claude-jsonl")
+    assert sorted(m["text"] for m in exported(other)) == sorted(kept + ["make the parser tests pass"])
 
 
 def test_secrets_are_redacted_on_import(project, tmp_path):
