@@ -6331,6 +6331,8 @@ def import_text(value):
                           and p.get("type") in (None, "text", "input_text", "output_text"))
     if not isinstance(value, str):
         return ""
+    if "<task-notification>" in value and task_notice(value):
+        return value.strip()  # whole: what is kept of it, and its key, come from its tags
     args = _COMMAND_ARGS_RE.search(value)
     if args and args.group(1).strip():  # a slash command with arguments: what was typed
         name = _COMMAND_NAME_RE.search(value)
@@ -6411,7 +6413,7 @@ def claude_events(records, stats):
         queued = queued_input(rec) if rec.get("type") == "attachment" else None
         if queued:  # typed or notified while the agent worked: in the turn, which goes on
             base = turns.base(rec.get("timestamp"), rec.get("sessionId"), rec.get("cwd"))
-            yield "prompt", dict(base, prompt=import_text(queued[2]) if queued[1] == "prompt" else queued[2])
+            yield "prompt", dict(base, prompt=import_text(queued[2]))
             continue
         shell = shell_record(rec) if rec.get("type") == "user" else None
         if shell and shell[0] == "command":  # a command the user ran, not a prompt: kept with its output
@@ -10110,8 +10112,8 @@ def with_turn(entry, payload):
 
 def capture_key(entry, payload):
     """What makes one event the same whether a hook saw it live or `import` read it from the
-    transcript later: its session, tool and tool_use_id, or for a prompt or an answer its
-    source and cleaned text (the client's prompt_id is no help: 2.1.119 sends none to hooks
+    transcript later: its session, tool and tool_use_id, for background tasks' notification
+    their task ids, or for a prompt or an answer its source and cleaned text (the client's prompt_id is no help: 2.1.119 sends none to hooks
     but writes one to transcripts). The drain stores a key once (MemoryWriter._drain_batch):
     the same prompt typed twice in a session is stored once. None without a session
     (`capture` from the command line)."""
@@ -10119,9 +10121,12 @@ def capture_key(entry, payload):
     if not entry or not isinstance(session, str) or not session:
         return None
     from _blake2 import blake2b  # not hashlib: it loads OpenSSL into every hook process
-    tool = payload.get("tool_use_id")
+    tool, prompt = payload.get("tool_use_id"), payload.get("prompt")
+    # Tasks' notifications by their tasks: kept live as a command's run, imported as news.
+    tasks = [v for k, v in _TASK_TAG_RE.findall(prompt) if k == "task-id"] \
+        if entry["source"] == NOTICE_SOURCE and isinstance(prompt, str) else []
     what = f"tool\x00{payload.get('tool_name')}\x00{tool}" if isinstance(tool, str) and tool \
-        else f"{entry['source']}\x00{entry['text']}"
+        else f"notice\x00{' '.join(tasks)}" if tasks else f"{entry['source']}\x00{entry['text']}"
     return blake2b(f"{session}\x00{what}".encode("utf-8", "replace"), digest_size=CAPTURE_KEY_BYTES).hexdigest()
 
 
@@ -10193,9 +10198,10 @@ def journal_unhooked(store, payload):
             event = user_run(*value, uid, payload)
             entry = capture_entry(*event, store.dir) if event else None
         else:
-            entry = prompt_entry(dict(payload, prompt=value), store.dir)
+            asked = dict(payload, prompt=value)
+            entry = prompt_entry(asked, store.dir)
             # A notification is never the user's prompt.
-            entry = with_turn(entry, payload) if entry and (mode == "prompt" or entry["source"] != "prompt") else None
+            entry = with_turn(entry, asked) if entry and (mode == "prompt" or entry["source"] != "prompt") else None
         journal(store, entry)
     if new:
         store.update_heartbeat(edit=lambda doc: doc.update(

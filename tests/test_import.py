@@ -533,13 +533,20 @@ def test_an_import_keeps_what_was_typed_while_the_agent_worked(project, tmp_path
 
 
 def test_what_no_hook_was_sent_for_is_stored_once_live_and_imported(project, tmp_path):
-    """A prompt typed while the agent worked and the commands the user ran with "!" (2.1.197
-    sends no hook for them): what the turn's Stop kept, an import of the same transcript knows,
-    and it stores them alike in another project."""
+    """A prompt typed while the agent worked, a background command's notification that came
+    meanwhile and the commands the user ran with "!" (2.1.197 sends no hook for them): what the
+    turn's Stop kept, an import of the same transcript knows, though it keeps the notification
+    as news, not as the command's run; in another project it stores them alike."""
     p = str(project)
     common = {"isSidechain": False, "userType": "external", "cwd": p, "sessionId": "s-u", "version": "2.1.197"}
-    records = (turn_records(common, "make the parser tests pass", [])
-               + [queued_record(common, "q1", "prompt", "from now on, always run the linter before the tests")]
+    calls = [("toolu_bg", "Bash", {"command": "npm run dev", "run_in_background": True},
+              "Command running in background with ID: bdev1.", {"backgroundTaskId": "bdev1"}, False)]
+    notice = ("<task-notification>\n<task-id>bdev1</task-id>\n<status>failed</status>\n"
+              '<summary>Background command "Start the dev server" failed with exit code 1</summary>\n'
+              "</task-notification>")
+    records = (turn_records(common, "start the dev server and make the parser tests pass", calls)
+               + [queued_record(common, "q1", "prompt", "from now on, always run the linter before the tests"),
+                  queued_record(common, "q2", "task-notification", notice)]
                + user_run_records(common, "u1", "npm test", stderr="FAIL src/parser.test.ts")
                + user_run_records(common, "u2", "git status", stdout="On branch main"))
     path = project / "t.jsonl"
@@ -547,14 +554,18 @@ def test_what_no_hook_was_sent_for_is_stored_once_live_and_imported(project, tmp
     live = dict(stop_payload(session="s-u", project=project), last_assistant_message="")
     assert installed_hook("stop", live, project).returncode == 0
     kept = sorted(m["text"] for m in exported(project))
-    assert kept == ["$ git status (run by the user)\nOn branch main", "$ npm test (run by the user) [failed]\n"
-                    "FAIL src/parser.test.ts", "from now on, always run the linter before the tests"], kept
+    news = 'Background command "Start the dev server" failed with exit code 1'
+    crash = "$ npm run dev (background, failed, exit 1) [failed]\n" + news
+    assert kept == sorted(["$ git status (run by the user)\nOn branch main", "$ npm test (run by the user) [failed]\n"
+                           "FAIL src/parser.test.ts", crash,
+                           "from now on, always run the linter before the tests"]), kept
     out = imported(project, path, fmt="claude-jsonl")
-    assert out["known"] == 3 and out["stored"] == 1, out  # the turn's prompt, which no hook was given here
+    assert out["known"] == 4 and out["stored"] == 2, out  # the turn's prompt and its Bash call: no hook here
     other = tmp_path / "other"
     other.mkdir()
     imported(other, path, fmt="claude-jsonl")
-    assert sorted(m["text"] for m in exported(other)) == sorted(kept + ["make the parser tests pass"])
+    again = {m["text"] for m in exported(other)}
+    assert set(kept) - {crash} < again and news in again, again
 
 
 def test_secrets_are_redacted_on_import(project, tmp_path):
