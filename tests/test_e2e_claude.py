@@ -306,7 +306,8 @@ def test_in_a_terminal_what_the_user_types_while_the_agent_works_is_kept(sandbox
              FINAL]
     with FakeAnthropic(turns) as api:
         def answered():
-            return len(api.bodies()) >= 2 and typed in json.dumps(api.bodies()[-1]["messages"])
+            return len(api.bodies()) >= 2 and typed in json.dumps(api.bodies()[-1]["messages"]) and \
+                in_transcript(box, '"queued_command"')
         box.run_interactive(api, "wait for the build", answered, meanwhile=(lambda: len(api.bodies()) >= 1, typed))
         assert answered(), api.bodies()
     handed = next(b for b in api.bodies() if typed in json.dumps(b["messages"]))
@@ -326,12 +327,19 @@ def test_in_a_terminal_a_command_the_user_runs_is_kept_as_that_commands_run(sand
     box = sandbox
     command = "echo 'FAIL src/parser.test.ts: expected 3 tokens, got 2'; exit 1"
     with FakeAnthropic([FINAL, FINAL]) as api:
-        box.run_interactive(api, "!" + command, lambda: bool(api.bodies()))
+        box.run_interactive(api, "!" + command, lambda: bool(api.bodies()) and in_transcript(box, "<bash-stdout>"))
     assert "<bash-input>" in json.dumps(api.bodies()[0]["messages"]), api.bodies()
     [run] = stored_messages(box, lambda m: m["text"].startswith(f"$ {command}"))
     assert run["text"] == f"$ {command} (run by the user) [failed]\nFAIL src/parser.test.ts: expected 3 tokens, got 2", run
     assert run["failed"] and run["source"] == "tool:Bash", run
     assert not stored_messages(box, lambda m: "bash-" in m["text"] or m["source"] == "prompt", lambda found: True)
+
+
+def in_transcript(box, text):
+    """Whether the client has written `text` to a session's transcript: a terminal session
+    quit before it has loses what it had not written yet."""
+    return any(text in path.read_text(errors="replace")
+               for path in (box.home / ".claude" / "projects").glob("*/*.jsonl"))
 
 
 def launch_then_poll(launch, task_id, report):
