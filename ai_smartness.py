@@ -2050,7 +2050,8 @@ still just well much many some time today yesterday tomorrow line lines read wro
 edited result results output error errors value values test tests data text content message
 fichier code chose faire voir besoin archivo cosa hacer ver necesito
 """.split())
-# Keywords, built-ins and markup of the common languages: code read or written names no topic.
+# Keywords, built-ins, markup and style properties of the common languages: code read or written
+# names no topic.
 CODE_WORDS = frozenset("""
 def class self cls return import from export default const let var function async await yield
 lambda true false none null undefined nil void int str string bool boolean float double char
@@ -2064,6 +2065,12 @@ px rem em vh vw rgb rgba hex auto flex none inherit important margin padding wid
 color font size display position absolute relative border tsx jsx yml yaml toml txt
 func defer chan fmt err ctx req res args kwargs argv nullptr sizeof typedef typename constexpr
 namespace std usize isize crate dyn unwrap elsif endif ifdef ifndef foreach isset
+font-size font-weight font-family line-height letter-spacing text-align text-decoration text-transform
+white-space word-break border-radius border-color border-width border-top border-bottom border-left
+border-right margin-top margin-bottom margin-left margin-right padding-top padding-bottom padding-left
+padding-right max-width min-width max-height min-height align-items align-self justify-content
+flex-direction flex-wrap grid-template-columns grid-template-rows background-color background-image
+background-size box-shadow box-sizing z-index overflow-x overflow-y object-fit pointer-events
 usecallback usememo useref usecontext usereducer uselayouteffect getelementbyid queryselector
 queryselectorall addeventlistener removeeventlistener textcontent innerhtml innertext classlist
 appendchild createelement settimeout setinterval cleartimeout clearinterval parseint parsefloat
@@ -2715,12 +2722,12 @@ class HeuristicExtractor:
             # A word under three letters is noise, but for an acronym that names a domain (CI, UI, DB).
             if ((len(word) < 3 and not (raw.isupper() and word in _concept_index())) or word in STOPWORDS or word in GENERIC_WORDS
                     or word in code_words
-                    or word in ACKNOWLEDGEMENTS or word[0].isdigit() or word.startswith("--")
+                    or word in ACKNOWLEDGEMENTS or word[0].isdigit() or word.startswith(("--", "mcp__"))
                     or sum(c.isdigit() for c in word) * 2 >= len(word) or _DATED_RE.search(word)
                     or (len(word) >= 7 and _HEX_ID_RE.fullmatch(word))
                     or (not word.isascii() and sum(map(str.isalnum, word)) > UNSPACED_TOPIC_LETTERS
                         and _UNSPACED_RE.search(word))):
-                continue  # numbers, sizes (1rem), dates, versions, flags, dated names, hex ids, phrases
+                continue  # numbers, sizes (1rem), dates, versions, flags, MCP tool ids, dated names, hex ids, phrases
             # Identifiers and acronyms name topics better than prose words. (isalpha() and
             # islower() first: they answer for most words without a scan in Python.)
             bonus = 1.0 + (0.5 if ("_" in raw or raw.isupper()
@@ -2732,7 +2739,7 @@ class HeuristicExtractor:
             counts[word] = counts.get(word, 0) + bonus
         if file_path:
             base = os.path.splitext(os.path.basename(file_path))[0].lower()
-            if len(base) > 2 and base not in GENERIC_WORDS:
+            if len(base) > 2 and base not in GENERIC_WORDS and not _DATED_RE.search(base):
                 counts[base] = counts.get(base, 0) + 3
                 if base not in order:
                     order.insert(0, base)

@@ -225,6 +225,20 @@ def test_topics_prefer_identifiers_and_the_file_name():
     assert ex["title"].startswith("invoices.py")
 
 
+def test_style_properties_tool_ids_and_dated_file_names_are_no_topics():
+    """Seen as topics in replays of real sessions: `font-size` from a stylesheet the agent read,
+    an MCP tool's id from its result, a plan file named by its date. The work is the header, the
+    projects, the widget's API URL."""
+    css = ".header { font-size: 14px; border-radius: 8px; align-items: center; justify-content: space-between }"
+    assert ai.EXTRACTOR.topics(css, said=True) == ["header", "center", "space-between"]
+    assert ai.EXTRACTOR.topics("mcp__teamwork__twprojects-get_project_statuses listed the projects") == \
+        ["listed", "projects"]
+    ex = ai.EXTRACTOR.extract("Plan: configure the widget API URL", "file_write",
+                              "/p/specs/2025-10-29-1045-widget-api-url-configuration.md")
+    assert ex["topics"] == ["api", "url", "plan", "configure", "widget"], ex["topics"]
+    assert ai.EXTRACTOR.extract("Plan: the widget", "file_write", "/p/specs/widget-api.md")["topics"][0] == "widget-api"
+
+
 def test_an_acronym_that_names_a_domain_is_a_topic_other_short_words_are_not():
     """"CI flaky tests" is about CI: its domain links it to a note about the workflow that shares
     no other word (concepts). `cd`, `ls` and `is` name nothing."""
