@@ -511,6 +511,8 @@ LEADIN_WORDS = 8
 # Characters kept of the last answer's conclusion for the briefing (more than a line: a briefing
 # with room to spare says more of it).
 LAST_CONCLUSION_CHARS = 400
+# A message longer than this is no greeting, whatever its words (is_greeting reads no further).
+GREETING_MAX_CHARS = 80
 # Characters of the briefing's files line (whole paths only); of an other work-stream's title,
 # and of its topics (whole ones); the most room kept for the other work-streams (their header
 # and the whole lines that fit); the least room a line is cut to.
@@ -1829,6 +1831,10 @@ excelente estupendo increíble fantástico
 CONFIRMATIONS = frozenset("works worked perfectly nicely flawlessly looks seems everything marche fonctionne "
                           "funciona funcionó".split())
 NEGATIONS = frozenset("not no never nothing pas jamais rien nunca nada".split())
+# Greeting words (en, fr, es): a message of them is small talk, and so is the answer to it ("Hi! I'm
+# Claude Code, your AI assistant…"): neither memory nor the state of the work (is_greeting).
+GREETINGS = frozenset("hi hello hey hiya howdy morning afternoon evening claude bonjour bonsoir salut coucou "
+                      "hola buenos buenas días dias tardes noches".split())
 # Claude Code 1.0 kept a SessionStart hook's output in the transcript as a user message in
 # <session-start-hook>: the hook's text (ours, a briefing), not the user's.
 _MARKUP_RE = LazyRe(
@@ -2468,7 +2474,21 @@ def is_noise(text, min_chars=3):
     if len(words) <= 4 and all(w in ACKNOWLEDGEMENTS or w in STOPWORDS or w in CONFIRMATIONS for w in words):
         doubt = stripped.endswith("?") or any(w in NEGATIONS or w.endswith(("n't", "n’t")) for w in words)
         return not (doubt and CONFIRMATIONS.intersection(words))
-    return is_json_metadata(stripped)
+    return is_greeting(stripped) or is_json_metadata(stripped)
+
+
+def is_greeting(text):
+    """A message that only greets (GREETINGS, with acknowledgements and function words around them).
+
+    >>> is_greeting("Hi Claude!"), is_greeting("good morning, how are you?"), is_greeting("hola")
+    (True, True, True)
+    >>> is_greeting("hey, the login fails"), is_greeting("ok thanks")
+    (False, False)
+    """
+    text = text or ""
+    words = [w.lower() for w in _WORD_RE.findall(text)] if len(text) <= GREETING_MAX_CHARS else []
+    return (any(w in GREETINGS for w in words)
+            and all(w in GREETINGS or w in ACKNOWLEDGEMENTS or w in STOPWORDS for w in words))
 
 
 def nfc(text):
@@ -6355,6 +6375,7 @@ class _Turns:
     def __init__(self, stats, session=None, cwd=None):
         self.stats, self.session, self.cwd = stats, session, cwd
         self.turn, self.calls, self.answer, self.background, self.shell = None, {}, None, {}, {}
+        self.greeted = False  # the turn answers a greeting: its answer is small talk (is_greeting)
 
     def base(self, at, session=None, cwd=None, turn=None):
         return {"session_id": session or self.session, "cwd": cwd or self.cwd, "at": at,
@@ -6368,7 +6389,7 @@ class _Turns:
             self.stats["skipped"] += 1
             return []
         out = self.flush()
-        self.turn = turn or base.get("prompt_id")
+        self.turn, self.greeted = turn or base.get("prompt_id"), is_greeting(text)
         out.append(("prompt", dict(base, prompt=text, prompt_id=self.turn)))
         self.stats["prompts"] += 1
         return out
@@ -6389,6 +6410,9 @@ class _Turns:
             return []
         _, texts, base = self.answer
         self.answer = None
+        if self.greeted:
+            self.stats["skipped"] += 1
+            return []
         return [("answer", dict(base, last_assistant_message="\n".join(texts)))]
 
     def result(self, call_id, response, base, error=None):
@@ -10313,6 +10337,11 @@ def hook_inject(store, payload, mem):
     said = _ATTACHED_RE.sub("", said).strip() or said
     task = {"last_task": cut_redacted(" ".join(said.split()), FIELD_CHARS)} \
         if not is_noise(prompt, min_chars=TASK_MIN_CHARS) and not task_notice(prompt) else {}
+    # The session whose turn answers a greeting: its Stop keeps no answer (hook_stop).
+    if is_greeting(said):
+        task["greeted"] = session
+    elif hb.get("greeted") == session:
+        task["greeted"] = ""
     store.update_heartbeat(last_interaction=iso(now), prompt_session=session, reminders_since=0 if remind else since + 1,
                            last_served_inject="daemon" if mem else "in-process", **task)
     return context_output("UserPromptSubmit", text)
@@ -10460,16 +10489,16 @@ def hook_stop(store, payload, mem):
     both; the budget is deferred until it is written) and, when configured, a request for a
     one-line decision record after a fix."""
     journal_unhooked(store, payload)  # before the answer that ends the turn they came into
+    hb = store.heartbeat()
     text = payload.get("last_assistant_message")
     if not isinstance(text, str) or not text.strip():
         text = last_assistant_text(payload.get("transcript_path"))
-    if text and _CLIENT_ERROR_RE.match(text):
-        text = ""  # the turn failed: the last conclusion stays the one before
+    if text and (_CLIENT_ERROR_RE.match(text) or hb.get("greeted") and hb["greeted"] == payload.get("session_id")):
+        text = ""  # the turn failed, or greeted back: the last conclusion stays the one before
     if text:
         changed = git_changes(os.path.dirname(store.dir))
         journal(store, with_turn(prepare_capture(text, "assistant", session_id=payload.get("session_id"),
                                                  changed=changed), payload))
-    hb = store.heartbeat()
     done = {"last_conclusion": cut_redacted(conclusion_of(strip_markup(text), LAST_CONCLUSION_CHARS),
                                             LAST_CONCLUSION_CHARS)} if text else {}
     store.update_heartbeat(beats=int(hb.get("beats", 0)) + 1, last_session=payload.get("session_id"),

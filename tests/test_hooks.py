@@ -536,6 +536,24 @@ def test_a_turn_that_failed_on_the_api_leaves_the_last_conclusion(proj):
     assert not [m for m in messages(proj) if "API Error" in m or "too long" in m or "requested" in m]
 
 
+def test_the_answer_to_a_greeting_is_neither_memory_nor_the_last_conclusion(proj):
+    """A session opened with "hi" (seen in replays of real sessions): the briefing after it said
+    "Last: I'm Claude Code, your AI assistant for software engineering tasks."."""
+    run("stop", stop_payload("The exporter now streams rows in batches of 500 to cut memory use."), proj)
+    hello = "Hi! I'm Claude Code, your AI assistant for software engineering tasks. How can I help you today?"
+    for greeting in ("hi", "Hello Claude!", "bonjour", "buenos días"):
+        run("inject", prompt_payload(greeting), proj)
+        run("stop", stop_payload(hello), proj)
+        assert heartbeat(proj)["last_conclusion"].startswith("The exporter now streams rows"), greeting
+    run("stop", stop_payload(hello, session="another"), proj)  # another session's turn is its own
+    assert heartbeat(proj)["last_conclusion"].startswith("I'm Claude Code")
+    run("inject", prompt_payload("hi, the export drops the last batch"), proj)
+    run("stop", stop_payload("The last batch is flushed now."), proj)
+    assert heartbeat(proj)["last_conclusion"] == "The last batch is flushed now."
+    stored = messages(proj)
+    assert stored.count(hello) == 1 and not {"hi", "Hello Claude!", "bonjour", "buenos días"} & set(stored)
+
+
 def test_stop_reads_the_transcript_when_the_message_is_absent(proj, tmp_path):
     transcript = write_transcript(tmp_path / "t.jsonl", [
         ("user", "why is the exporter slow?"),

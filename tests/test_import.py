@@ -532,6 +532,22 @@ def test_an_import_keeps_what_was_typed_while_the_agent_worked(project, tmp_path
     assert "Always use tabs for indentation in this repo" in json.dumps(rules), rules
 
 
+def test_an_import_keeps_no_answer_to_a_greeting(project, tmp_path):
+    """As the hooks (hook_stop): "hi" and the agent's "Hi! I'm Claude Code…" are small talk."""
+    common = {"isSidechain": False, "userType": "external", "cwd": str(project), "sessionId": "s-g", "version": "2.1.197"}
+    records = []
+    for i, (prompt, answer) in enumerate((("hi there", "Hi! I'm Claude Code. What are we working on today?"),
+                                          ("the export drops its last batch", "The last batch is flushed now."))):
+        records += [dict(common, type="user", uuid=f"u{i}", timestamp=f"2026-11-20T10:0{i}:00.000Z", promptId=f"p{i}",
+                         message={"role": "user", "content": prompt}),
+                    dict(common, type="assistant", uuid=f"a{i}", timestamp=f"2026-11-20T10:0{i}:30.000Z",
+                         message={"id": f"m{i}", "role": "assistant", "content": [{"type": "text", "text": answer}]})]
+    path = tmp_path / "s-g.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    imported(project, path, fmt="claude-jsonl")
+    assert sorted(texts(project)) == ["The last batch is flushed now.", "the export drops its last batch"]
+
+
 def test_what_no_hook_was_sent_for_is_stored_once_live_and_imported(project, tmp_path):
     """A prompt typed while the agent worked, a background command's notification that came
     meanwhile and the commands the user ran with "!" (2.1.197 sends no hook for them): what the
