@@ -11781,8 +11781,10 @@ def do_threads(cli, args):
     rows = rows[: args.limit]
     stale = stale_rules(mem.store.rules())  # a title stating a replaced rule says so (the MCP tool answers an agent)
     shown = {r["id"]: title_shown(r["title"], len(r["title"]), stale, cli.lang) for r in rows}
+    # How long ago first: a weekday alone ("Thursday morning") may be months back.
     text = "\n".join("\n".join([f"{r['id']}  {r['status']:<9} w={r['weight']:.2f} n={r['messages']:<3} {shown[r['id']]}"
-                                 f"  ({when_label((r['time_of_day'], r['day_of_week']), cli.lang)})",
+                                 f"  ({age_ago(now - ts_of(r, 'last_active'), cli.lang)}, "
+                                 f"{when_label((r['time_of_day'], r['day_of_week']), cli.lang)})",
                                  *("  " + x for x in signal_lines(mem.threads[r["id"]], cli.lang))])
                      for r in rows) or tr("none", cli.lang)
     return emit(args, rows, text)

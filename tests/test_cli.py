@@ -78,6 +78,15 @@ def test_read_commands_and_json(filled):
     assert not any("vec" in m for t in export["threads"] for m in t["messages"])
 
 
+def test_the_thread_list_says_how_long_ago_each_thread_was_active(project):
+    """"(Thursday morning)" alone, for work of months ago, read as this week's."""
+    at = time.time() - 95 * 86400
+    when = ai.when_label(ai.time_markers(at), "en")
+    assert cli("capture", "The exporter streams rows in batches of 500", "--at", ai.iso(at), project=project).returncode == 0
+    out = cli("threads", project=project).stdout
+    assert f"(3 months ago, {when})" in out, out
+
+
 def test_rules_add_list_remove(project):
     assert cli("rules", "add", "Always run the tests", project=project).returncode == 0
     assert "already" in cli("rules", "add", "always run the tests", project=project).stdout
