@@ -4530,6 +4530,12 @@ def is_fragment(thread, now):
             and not any(m.get("session") for m in thread["messages"]))
 
 
+def lone_prompt(thread):
+    """Whether the thread of a turn's prompt (ThreadPlacement.prompt_thread) holds that prompt
+    alone: a thread it started and none of the turn's work joined."""
+    return len(thread["messages"]) == 1 and not thread.get("parent_id") and not thread.get("child_ids")
+
+
 def merge_choice(scored, kin=()):
     """scored: [(affinity, thread, ...)] of a fragment's neighbours (every status), best first. The
     active thread it clearly belongs to (at MERGE_FLOOR, MERGE_LEAD ahead of the next two), or
@@ -7432,6 +7438,17 @@ class ThreadPlacement:
             found = members[-1]
         return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[found]]])
 
+    def prompt_thread(self, entry):
+        """The thread of the prompt of the turn a capture belongs to (the session's latest prompt
+        when the capture has no turn id, as turn_thread), None when there is none among the
+        session's latest messages."""
+        members = self.sessions.get(entry.get("session")) if entry.get("session") else None
+        for mid in reversed((members or [])[-TURN_LOOKBACK:]):
+            msg = self.msgs[mid]
+            if msg.get("source") == "prompt" and (not entry.get("turn") or msg.get("turn") == entry["turn"]):
+                return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[mid]]])
+        return None
+
     def foreign(self, msgs):
         """Whether what people said in `msgs` (dicts with text and source; tool output is code
         and names, not a language) is in a language the embedder was not made for
@@ -7477,15 +7494,23 @@ class ThreadPlacement:
     def _consolidate(self, touched_t, touched_b, now):
         """Merge the fragments among and near the threads a batch changed into the thread each
         clearly belongs to (see MERGE_*): what a note no thread matched when it came (a split
-        of one task) is undone once later notes make its place clear. Returns (the merged
-        thread ids, to delete; the bridge ids dropped)."""
+        of one task) is undone once later notes make its place clear; so is a thread that holds
+        only a turn's prompt when the turn's answer went to another thread (the work went on
+        there). Returns (the merged thread ids, to delete; the bridge ids dropped)."""
+        gone, dropped = [], set()
+        for src, dst, score in self._lone:
+            frag, target = self.threads.get(src), self.threads.get(self.thread_id_of(dst))
+            if frag is not None and target is not None and target is not frag and len(frag["messages"]) == 1 \
+                    and len(target["messages"]) < MAX_THREAD_MESSAGES:
+                dropped |= self._merge(frag, target, score, now, touched_t, touched_b)
+                gone.append(src)
+        self._lone = []
         pool = set()
         for tid in touched_t:
             vec = self.tvec.get(tid)
             if vec is not None and tid in self.threads:
                 pool.add(tid)
                 pool.update(o for o, _ in self.tvec.top(vec, MERGE_NEIGHBOURS))
-        gone, dropped = [], set()
         for tid in sorted(pool):  # ids sort in creation order: the same merges on every run
             frag = self.threads.get(tid)
             if frag is None or not is_fragment(frag, now):
@@ -7626,6 +7651,7 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
         # Lifecycle and pruning run when due (see _maintain).
         self._maint_at, self._maint_now = -1e9, 0.0
         self._decision_log = []  # a drain batch's decisions, logged once it is saved
+        self._lone = []
         self.llm = None  # the optional LLM backend (the daemon sets it): see LLMWork
         self.llm_work = LLMWork(self)
         self._active = (None, None)  # (generation, the active ids its batch left): see _active_ids
@@ -7765,6 +7791,7 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
         touched_t, touched_b, done, newest = set(), set(), [], None
         active = self._active_ids()
         self._decision_log = []  # written once the batch is saved: a replay logs no twins
+        self._lone = []  # (thread of a turn's lone prompt, its answer's thread, score): see _consolidate
         paused = False
         for path, entry in entries:
             done.append(path)  # unreadable and already stored entries go too
@@ -7839,6 +7866,9 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
         msg.update(message_signals(entry, now))
         self._add_message(thread, msg, vec, ext, now)
         touched_t.add(thread["id"])
+        asked = self.prompt_thread(entry) if entry["source"] == "assistant" else None
+        if asked is not None and asked is not thread and lone_prompt(asked):
+            self._lone.append((asked["id"], thread["id"], decision["score"]))
         # Bridges to the other threads this content resembles, typed by its wording.
         # The candidates' topics are as decide() saw them: only the chosen thread changed.
         related = [(t["id"], sim) for (t, _), sim in zip(candidates, sims) if t["id"] != thread["id"]]

@@ -166,6 +166,39 @@ def test_a_turns_tool_results_and_conclusion_join_its_prompts_thread(project):
     assert other[0] != got[0] and other[1] == other[0]
 
 
+def test_a_prompt_its_whole_turn_left_joins_the_thread_the_turn_went_to(project):
+    """A reply to the agent's proposal ("Option 1. Please create documentation for this approach",
+    in a replayed session) shares no word with the work: it starts a thread, its turn's work and
+    answer go to the thread they continue, and a work-stream of that one prompt was left. It
+    joins that thread when the turn's answer does."""
+    mem = ais.open_memory(str(project), embedder="fake")
+    railway = turn(mem, "s1", "Deploy the backend service to Railway with a railway.json config",
+                   tools=["$ railway up\nDeploying the backend service to Railway from railway.json"],
+                   conclusion="The backend service deploys to Railway from railway.json.", turn_id="p1")
+    assert len(set(railway)) == 1
+    reply = turn(mem, "s1", "Option 1. Please write docs for that approach",
+                 tools=["$ cat railway.json\nthe backend service deploys to Railway from railway.json config"],
+                 conclusion="Done: the docs say how the backend service deploys to Railway from railway.json.",
+                 turn_id="p2", at=START + 60)
+    assert reply[0] != railway[0] and reply[1:] == [railway[0]] * 2  # as the turn was placed
+    assert reply[0] not in mem.threads and mem.thread_id_of(reply[0]) == railway[0]
+    assert [m["text"] for m in mem.threads[railway[0]]["messages"] if m["source"] == "prompt"] == [
+        "Deploy the backend service to Railway with a railway.json config", "Option 1. Please write docs for that approach"]
+    # A client that gives its prompts a turn id but not its tool results and answers (older ones;
+    # the replays): the session's latest prompt is the turn's.
+    lone = turn(mem, "s1", "Then the second proposal, spell it out", turn_id="p9", at=START + 90)[0]
+    assert lone != railway[0]
+    for k, (text, source) in enumerate((("$ cat railway.json\nthe backend service deploys to Railway", "tool:Bash"),
+                                        ("The backend service deploys to Railway from railway.json.", "assistant"))):
+        cid = mem.store.inbox_append(ais.prepare_capture(text, source, at=START + 91 + k, session_id="s1"))
+        assert mem.drain()[cid]["thread_id"] == railway[0]
+    assert lone not in mem.threads
+    # A turn whose work stayed with its prompt keeps its thread.
+    other = turn(mem, "s1", "Rotate the JWT signing keys for the auth service", tools=["$ openssl genrsa 2048\nJWT keys"],
+                 conclusion="Rotated the JWT signing keys of the auth service.", turn_id="p3", at=START + 120)
+    assert len(set(other)) == 1 and other[0] in mem.threads
+
+
 def test_tool_results_of_a_session_whose_prompts_were_acknowledgements_follow_its_work(project):
     """A session resumed with "continue" (an acknowledgement: not stored) has no prompt to follow:
     its tool results follow the session's latest work, not a thread each."""
