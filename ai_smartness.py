@@ -10251,7 +10251,10 @@ def journal_unhooked(store, payload):
     like any prompt's), a background task's notification that came meanwhile (prompt_entry), a
     command the user ran with "!" (user_run). Each once: the ids of the transcript's records are
     remembered, and the same capture journaled again is stored once (capture_key)."""
-    seen = store.heartbeat().get("unhooked_seen")
+    hb = readable_heartbeat(store)
+    if hb is None:
+        return  # swept again at the next Stop or at SessionEnd: the turn's answer comes first
+    seen = hb.get("unhooked_seen")
     seen = [x for x in seen if isinstance(x, str)] if isinstance(seen, list) else []
     new = unhooked_inputs(payload.get("transcript_path"), set(seen))[-UNHOOKED_PER_SWEEP:]
     for uid, mode, value in new:
@@ -10265,8 +10268,21 @@ def journal_unhooked(store, payload):
             entry = with_turn(entry, asked) if entry and (mode == "prompt" or entry["source"] != "prompt") else None
         journal(store, entry)
     if new:
-        store.update_heartbeat(edit=lambda doc: doc.update(
-            unhooked_seen=(seen + [u for u, _, _ in new])[-UNHOOKED_SEEN:]))
+        try:
+            store.update_heartbeat(edit=lambda doc: doc.update(
+                unhooked_seen=(seen + [u for u, _, _ in new])[-UNHOOKED_SEEN:]))
+        except OSError as exc:  # journaled again next time, stored once (capture_key)
+            store.log.error("heartbeat not updated", error=str(exc))
+
+
+def readable_heartbeat(store):
+    """The heartbeat, None when an I/O error keeps it from being read (logged): what a Stop
+    reads before it journals the turn's answer must not cost the answer."""
+    try:
+        return store.heartbeat()
+    except OSError as exc:
+        store.log.error("heartbeat unreadable", error=str(exc))
+        return None
 
 
 def unhooked_inputs(path, seen):
@@ -10519,16 +10535,16 @@ def hook_stop(store, payload, mem):
     both; the budget is deferred until it is written) and, when configured, a request for a
     one-line decision record after a fix."""
     journal_unhooked(store, payload)  # before the answer that ends the turn they came into
-    hb = store.heartbeat()
     text = payload.get("last_assistant_message")
     if not isinstance(text, str) or not text.strip():
         text = last_assistant_text(payload.get("transcript_path"))
-    if text and (_CLIENT_ERROR_RE.match(text) or hb.get("greeted") and hb["greeted"] == payload.get("session_id")):
+    if text and (_CLIENT_ERROR_RE.match(text) or greeted_back(store, payload)):
         text = ""  # the turn failed, or greeted back: the last conclusion stays the one before
     if text:
         changed = git_changes(os.path.dirname(store.dir))
         journal(store, with_turn(prepare_capture(text, "assistant", session_id=payload.get("session_id"),
                                                  changed=changed), payload))
+    hb = store.heartbeat()
     done = {"last_conclusion": cut_redacted(conclusion_of(strip_markup(text), LAST_CONCLUSION_CHARS),
                                             LAST_CONCLUSION_CHARS)} if text else {}
     store.update_heartbeat(beats=int(hb.get("beats", 0)) + 1, last_session=payload.get("session_id"),
@@ -10539,6 +10555,13 @@ def hook_stop(store, payload, mem):
         return json.dumps({"decision": "block", "reason": tr("stop_decision_reminder", cfg["language"])},
                           ensure_ascii=False)
     return ""
+
+
+def greeted_back(store, payload):
+    """Whether a Stop ends a turn that answered a greeting (hook_inject marks its session); not
+    when the heartbeat cannot be read (readable_heartbeat): the answer is kept."""
+    greeted = (readable_heartbeat(store) or {}).get("greeted")
+    return bool(greeted) and greeted == payload.get("session_id")
 
 
 @hook("end", event="SessionEnd", budget=1.0)

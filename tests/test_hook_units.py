@@ -151,6 +151,19 @@ def test_odd_payloads_are_answered_in_process(store, name, kind):
     assert not failures(store)
 
 
+def test_a_stop_whose_heartbeat_cannot_be_read_journals_its_answer_first(store, monkeypatch):
+    """The inputs no hook was sent for (their ids seen) and whether the turn answered a greeting
+    are read before the answer is journaled: an I/O error there keeps the answer, logged; the
+    error the hook meets after the journal is its shell's to log."""
+    def unreadable():
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(store, "heartbeat", unreadable)
+    with pytest.raises(OSError):
+        ai.answer("stop", {"session_id": "s", "last_assistant_message": "The exporter streams rows now."}, store, None)
+    assert inbox_texts(store) == ["The exporter streams rows now."]
+    assert [r["msg"] for r in log_records(store)] == ["heartbeat unreadable"] * 2  # unhooked inputs, greeting
+
+
 def test_a_write_whose_content_is_not_text_is_skipped_with_a_log_line(store):
     payload = {"session_id": "s", "tool_name": "Write",
                "tool_input": {"file_path": "/p/notes.md", "content": {"a": 1}}, "tool_response": {"type": "create"}}
