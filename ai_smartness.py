@@ -4613,15 +4613,30 @@ def worked_on_last(threads):
 
 
 def lifecycle_changes(threads, now, cfg):
-    """Idle active threads are suspended, long-dormant suspended ones archived."""
+    """Idle active threads are suspended, long-dormant ones archived (an active thread idle for
+    months goes straight there: both counts start at its last activity)."""
     out = []
     for t in threads:
         idle = now - ts_of(t, "last_active")
-        if t["status"] == "active" and idle > cfg["suspend_after_days"] * DAY:
-            out.append((t["id"], "suspended"))
-        elif t["status"] == "suspended" and idle > cfg["archive_after_days"] * DAY:
+        if t["status"] != "archived" and idle > cfg["archive_after_days"] * DAY:
             out.append((t["id"], "archived"))
+        elif t["status"] == "active" and idle > cfg["suspend_after_days"] * DAY:
+            out.append((t["id"], "suspended"))
     return out
+
+
+def aged(mem):
+    """The lifecycle of a Memory by the wall clock, returned. The pass on capture ages threads by
+    the newest content, so without this a reader back after weeks (`threads`, `status`, MCP)
+    would see them as the last capture left them: active."""
+    with mem.store.lock():
+        mem.ensure_loaded()
+        changes = lifecycle_changes(mem.threads.values(), mem.clock(), mem.cfg)
+        for tid, status in changes:
+            mem.threads[tid]["status"] = status
+        if changes:
+            mem.save([tid for tid, _ in changes])
+    return mem
 
 
 # Words in the newer content that type a bridge; the default is "extends".
@@ -9758,7 +9773,7 @@ class Daemon:
         return self._locked(self.mem.context, prompt, budget)
 
     def cmd_stats(self):
-        return self._locked(self.mem.stats)
+        return self._locked(lambda: aged(self.mem).stats())
 
 
 # ==== 9. Hooks ====
@@ -11784,7 +11799,7 @@ def thread_row(t, now, half_life):
 
 def do_status(cli, args):
     mem = cli.mem()
-    stats = mem.stats()
+    stats = aged(mem).stats()
     hb = cli.store.heartbeat()
     hot = mem.hot_thread()
     data = dict(stats, project=cli.project, version=VERSION, daemon=daemon_alive(cli.store),
@@ -11825,8 +11840,7 @@ def llm_warnings(report, lang):
 
 
 def do_threads(cli, args):
-    mem = cli.mem()
-    mem.ensure_loaded()
+    mem = aged(cli.mem())
     now = time.time()
     rows = [thread_row(t, now, mem.cfg["half_life_days"]) for t in mem.threads.values()
             if args.status == "all" or t["status"] == args.status]
@@ -11844,8 +11858,7 @@ def do_threads(cli, args):
 
 
 def do_thread(cli, args):
-    mem = cli.mem()
-    mem.ensure_loaded()
+    mem = aged(cli.mem())
     args.id = mem.thread_id_of(args.id)  # a merged thread's id shows the thread it went into
     if args.id not in mem.threads:
         raise NotFound(tr("not_found", cli.lang, what=args.id))
@@ -12014,7 +12027,7 @@ def dropped_captures(store):
 
 
 def do_health(cli, args):
-    stats, served = cli.served("stats", lambda: cli.mem().stats())
+    stats, served = cli.served("stats", lambda: aged(cli.mem()).stats())
     stats = dict(stats, stale_temp_files=len(cli.store.stale_temp_files()),  # left by killed writers
                  dropped_captures=dropped_captures(cli.store))
     hb = cli.store.heartbeat()

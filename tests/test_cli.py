@@ -83,8 +83,19 @@ def test_the_thread_list_says_how_long_ago_each_thread_was_active(project):
     at = time.time() - 95 * 86400
     when = ai.when_label(ai.time_markers(at), "en")
     assert cli("capture", "The exporter streams rows in batches of 500", "--at", ai.iso(at), project=project).returncode == 0
-    out = cli("threads", project=project).stdout
-    assert f"(3 months ago, {when})" in out, out
+    out = cli("threads", "--status", "all", project=project).stdout
+    assert "archived  w=" in out and f"(3 months ago, {when})" in out, out
+
+
+def test_threads_idle_for_weeks_are_listed_as_suspended_before_any_new_capture(project):
+    """The lifecycle ran only on capture, by the newest content's clock: back after three weeks,
+    `threads` listed the last work as active until the next capture."""
+    at = ai.iso(time.time() - 20 * 86400)
+    assert cli("capture", "The exporter streams rows in batches of 500", "--at", at, project=project).returncode == 0
+    assert cli_json("threads", project=project) == []
+    [row] = cli_json("threads", "--status", "suspended", project=project)
+    assert row["status"] == "suspended" and cli_json("thread", row["id"], project=project)["status"] == "suspended"
+    assert cli_json("status", project=project)["by_status"] == {"active": 0, "suspended": 1, "archived": 0}
 
 
 def test_rules_add_list_remove(project):

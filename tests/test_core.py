@@ -120,8 +120,8 @@ def test_suspension_picks_the_least_related_lightest_oldest():
 def test_lifecycle_suspends_idle_and_archives_dormant():
     now = 200 * DAY
     threads = [thread("a", last_active=now - 20 * DAY), thread("b", status="suspended", last_active=now - 60 * DAY),
-               thread("c", last_active=now - DAY)]
-    assert ais.lifecycle_changes(threads, now, CFG) == [("a", "suspended"), ("b", "archived")]
+               thread("c", last_active=now - DAY), thread("d", last_active=now - 60 * DAY)]
+    assert ais.lifecycle_changes(threads, now, CFG) == [("a", "suspended"), ("b", "archived"), ("d", "archived")]
 
 
 @pytest.mark.parametrize("text,kind", [

@@ -122,12 +122,12 @@ def test_active_limit_suspends_the_least_relevant(project):
     assert statuses["active"] == 15 and statuses["suspended"] == len(mem.threads) - 15
 
 
-def test_idle_threads_are_suspended_then_archived(project):
+def test_idle_threads_are_suspended_and_dormant_ones_archived(project):
     mem = ais.open_memory(str(project))
     mem.capture("Old work on the kafka consumer group rebalancing", at="2020-01-01T00:00:00")
     assert [t["status"] for t in mem.threads.values()] == ["active"]  # idle relative to its own time
     mem.capture("Recent work on the frontend router", at=ais.iso(mem.clock() - 20 * DAY))
-    assert sorted(t["status"] for t in mem.threads.values()) == ["active", "suspended"]
+    assert sorted(t["status"] for t in mem.threads.values()) == ["active", "archived"]  # idle for years
     mem.capture("Another unrelated topic: invoices in PDF")
     assert sorted(t["status"] for t in mem.threads.values()) == ["active", "archived", "suspended"]
 

@@ -343,7 +343,7 @@ def test_a_natural_rule_replaced_is_marked_where_it_is_recalled_and_left_out_of_
     found = cli("search", "Jest parser tests", project=project).stdout.splitlines()
     said = [x for x in found if "Jest" in x.split(" :: ", 1)[1]]
     assert said and all(x.split("] ", 1)[1].startswith("[replaced rule] ") and mark in x for x in said), found
-    listed = cli("threads", project=project).stdout
+    listed = cli("threads", "--status", "all", project=project).stdout
     assert "[replaced rule] For the parser tests" in listed, listed
     assert not any("[replaced" in r["title"] for r in cli_json("threads", project=project))  # the data as stored
 
