@@ -2879,6 +2879,7 @@ def tool_capture(payload, data_dir=None):
         out = resp if isinstance(resp, str) else ""
         if isinstance(resp, dict):
             out = "\n".join(str(resp.get(k) or "") for k in ("stdout", "stderr")).strip()
+        out = _CWD_RESET_RE.sub("", out).strip()
         viewed = _OUTPUT_VIEW_RE.fullmatch(command.strip())
         looked = output_so_far(payload, data_dir, viewed.group(1), out) if viewed else None
         if looked:
@@ -3362,6 +3363,11 @@ def open_tasks(hb):
     plan = task_lists(hb).get(hb.get("prompt_session"))
     items = [x for x in plan["items"] if x[1] and x[2] in PLAN_OPEN] if plan else []
     return [x[1] for x in sorted(items, key=lambda x: PLAN_OPEN.index(x[2]))]
+
+
+# The client's note after a command that left the project's folder: not the command's output, and
+# the folder's name would be a topic of every such run.
+_CWD_RESET_RE = LazyRe(r"^Shell cwd was reset to .*$", re.M)
 
 
 def project_command(command, project):

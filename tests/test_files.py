@@ -164,6 +164,12 @@ def test_a_command_is_kept_with_project_paths_and_without_a_cd_into_the_project(
     assert later["text"] == "$ pkill -f node; cd . && node app.js" and later["files"] == ["app.js"]
     beside = ais.project_command(f"cd {root}-old && ls", str(root))
     assert beside == f"cd {root}-old && ls"
+    # Claude Code's note when a command left the folder is no output, and the folder's name no topic.
+    away = ais.tool_capture({"tool_name": "Bash", "tool_input": {"command": "cd ../site && git log --oneline -1"},
+                             "tool_response": {"stdout": "ac9b00a feat: rename the site",
+                                               "stderr": f"Shell cwd was reset to {root}"}, "cwd": str(root)},
+                            str(root / ".ai"))
+    assert away["text"] == "$ cd ../site && git log --oneline -1\nac9b00a feat: rename the site", away["text"]
 
 
 def test_a_search_is_kept_with_what_it_found_and_names_its_files_only_when_they_are_few(project):
