@@ -40,10 +40,11 @@ Life of a prompt:
     2. Daemon.cmd_hook() embeds it ahead of the memory lock (Daemon._embed_query(): that one
        vector serves its retrieval and its capture), then answers under the lock.
     3. hook_inject(): Memory.context(): FileTable.rank() names the files in play,
-       Memory.current_thread() the work in progress, the first files' messages that stand for
-       most of their work come first (standing_quotes()), then Memory.retrieve()
-       ranks messages (lexical and dense scores, thread signals); render_context() packs
-       them, and the rules, into inject_budget chars.
+       Memory.current_thread() the work in progress, Memory.retrieve() ranks messages (lexical
+       and dense scores, thread signals); the first files' messages come first: the one
+       retrieval ranks above the others, then those that stand for most of their work
+       (Memory._file_quotes()), then the other ranked messages; render_context() packs them,
+       and the rules, into inject_budget chars.
     4. The hook prints it as additional context (context_output()); heartbeat.json notes the
        turn; the daemon, woken, drains the prompt as any capture (its rules: capture step 5).
     5. No daemon (or one warming up): lexical_memory() answers in the hook process from the
@@ -472,6 +473,9 @@ FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touche
 FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
 # Files named in the injected text, and earlier messages shown for the first of them.
 FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 3
+# This many quotes of the files in play are the message retrieval ranks highest for the prompt
+# (above every quote chosen otherwise): the work on those files the prompt is about, first.
+ASKED_QUOTES = 1
 # Characters of such a message shown: its start, verbatim (an edit, the head of a file).
 EVIDENCE_CHARS = 240
 # The reminders (`guardcode`) come with a session's first prompt and then every this many
@@ -6101,11 +6105,9 @@ def shingles(text):
     return set(zip(*(low[j:] for j in range(REPEAT_SHINGLE))))
 
 
-def standing_quotes(quotes, grams, limit):
-    """Indices of at most `limit` of `quotes` (quotes[i] is cut from text i), chosen greedily to
-    stand for the most texts, given as their `grams` (quotes and texts as shingles;
-    STAND_SHARE / STAND_GRAMS); the first index on a tie. Quotes that stand for nothing new
-    are not chosen."""
+def quote_covers(quotes, grams):
+    """For each of `quotes` (quotes[i] is cut from text i), the texts it stands for, given as
+    their `grams` (quotes and texts as shingles; STAND_SHARE / STAND_GRAMS)."""
     where = {}  # a gram -> the quotes holding it
     for i, quote in enumerate(quotes):
         for gram in quote:
@@ -6117,9 +6119,15 @@ def standing_quotes(quotes, grams, limit):
         for i, n in shared.items():
             if n >= need:
                 covers[i].add(j)
+    return covers
+
+
+def standing_quotes(covers, limit):
+    """Indices of at most `limit` quotes, chosen greedily to stand for the most texts (`covers`:
+    quote_covers); the first index on a tie. Quotes that stand for nothing new are not chosen."""
     chosen, covered = [], set()
     for _ in range(limit):
-        best = max(range(len(quotes)), key=lambda i: (len(covers[i] - covered), -i), default=None)
+        best = max(range(len(covers)), key=lambda i: (len(covers[i] - covered), -i), default=None)
         if best is None or not covers[best] - covered:
             break
         chosen.append(best)
@@ -8133,7 +8141,8 @@ class Memory(MemoryWriter):
         hits = [h for h in hits if not self.msgs[h["message_id"]].get("dropped")]  # by the LLM: LLMWork
         now = self.clock()
         files = self.file_table().rank(prompt, FILES_SHOWN)
-        evidence = self._file_quotes(files[:EVIDENCE_FILES], skip)
+        asked = [] if is_noise(prompt) else [h["message_id"] for h in hits]
+        evidence = self._file_quotes(files[:EVIDENCE_FILES], skip, asked)
         shown = {h["message_id"] for h in evidence}
         hits = [h for h in hits if h["message_id"] not in shown]
         current = self.current_thread(session, skip, resumed=is_noise(prompt))
@@ -8146,7 +8155,7 @@ class Memory(MemoryWriter):
                 "items": [{"message_id": i["message_id"], "text": i["line"],
                            "full_len": len(item_line(self.msgs[i["message_id"]], self.lang))} for i in items]}
 
-    def _file_quotes(self, files, skip):
+    def _file_quotes(self, files, skip, asked=()):
         """The messages quoted for the first `files`: among each file's last read or write (its
         last known state) and its recent messages, those standing for the most of them
         (standing_quotes: one read of a file's head stands for all its reads), then the newest,
@@ -8157,7 +8166,15 @@ class Memory(MemoryWriter):
         limit = EVIDENCE_PER_FILE * len(files)
         # Chosen on the stored text, redacted at capture: only the quotes shown are cut again.
         heads = [self.file_table().head_grams(m, t) for m, t in zip(mids, texts)]
-        chosen = standing_quotes([q for q, _ in heads], [g for _, g in heads], limit)
+        covers = quote_covers([q for q, _ in heads], [g for _, g in heads])
+        standing = standing_quotes(covers, limit)
+        # Messages those quotes do not stand for that retrieval ranks above all of them come first:
+        # the work on these files the prompt is about.
+        stood, rank = set().union(*(covers[i] for i in standing)), {m: r for r, m in enumerate(asked)}
+        above = min((rank[mids[i]] for i in standing if mids[i] in rank), default=len(rank))
+        chosen = sorted((i for i, m in enumerate(mids) if rank.get(m, above) < above and i not in stood),
+                        key=lambda i: rank[mids[i]])[:ASKED_QUOTES]
+        chosen += [i for i in standing if i not in chosen]
         chosen += [i for i in range(len(mids)) if i not in chosen]
         return [self._file_hit(mids[i]) for i in chosen[:limit]]
 

@@ -357,9 +357,9 @@ def test_the_quotes_chosen_stand_for_the_most_messages_then_the_newest():
     quotes = [ais.shingles(ais.shorten(t, 120)) for t in texts]
     grams = [ais.shingles(t) for t in texts]
     # The head stands for the three reads; a quote of nothing else stands for something new.
-    assert ais.standing_quotes(quotes, grams, 5) == [0, 1, 4]
-    assert ais.standing_quotes(quotes, grams, 1) == [0]
-    assert ais.standing_quotes([ais.shingles(head[0])], grams[:1], 1) == []  # too short to stand for a long read
+    assert ais.standing_quotes(ais.quote_covers(quotes, grams), 5) == [0, 1, 4]
+    assert ais.standing_quotes(ais.quote_covers(quotes, grams), 1) == [0]
+    assert ais.standing_quotes(ais.quote_covers([ais.shingles(head[0])], grams[:1]), 1) == []  # too short to stand for a long read
 
 
 def test_a_files_head_as_read_is_quoted_though_newer_edits_came_after_it(project):
@@ -376,6 +376,34 @@ def test_a_files_head_as_read_is_quoted_though_newer_edits_came_after_it(project
     # The newest three are edits; the head of the file stands for its three reads.
     assert "import { useState }" in quotes[0] and quotes[1].endswith("- step 2 + stage 2"), quotes
     assert quotes[2].endswith("- step 1 + stage 1"), quotes
+
+
+def test_a_files_quotes_start_with_its_work_the_prompt_is_about(project):
+    """The quotes stand for most of a file's work, newest first: a prompt about an older part of
+    it ("the board is flipped") found that part below them, with no room left to show it."""
+    mem = ais.open_memory(str(project))
+    path = "src/panel/panel.js"
+    mem.store.inbox_append(ais.prepare_capture(
+        f"Read {path}:\n// Board flip state (display only)\nboardFlipped = !!settings.boardFlipped;\n"
+        "sideSwitch.checked = boardFlipped; // the ranks are mirrored when the board is flipped",
+        "tool:Read", session_id="s1", files=[path], op="read"))
+    for k, change in enumerate(("the panel script version 3.8.1", "popover position shown as a block",
+                                "moves list rendered as cards with the piece icon", "elo slider step of 50",
+                                "dark switch label removed")):
+        mem.store.inbox_append(ais.prepare_capture(f"Edited {path}:\n+ {change}\n- before {k}", "tool:Edit",
+                                                   session_id="s1", files=[path], op="edit"))
+    mem.store.inbox_append(ais.prepare_capture(f"Read {path}:\n// Chess Study Tool panel script v3.8.1\n"
+                                               "import { analyse } from './engine.js';", "tool:Read", session_id="s1",
+                                               files=[path], op="read"))
+    mem.flush()
+
+    def quotes(prompt):  # the quotes under the files, before any thread's header
+        return mem.context(prompt, session="s2")["text"].split("\n# ", 1)[0].split("\n  - ")[1:]
+    asked = quotes("the arrows point to the wrong squares when the board is flipped")
+    assert "Board flip state" in asked[0] and len(asked) == ais.EVIDENCE_PER_FILE, asked
+    assert "panel script v3.8.1" in asked[1]  # then the file's last known state
+    # A prompt that names no work gets what stands for the most of the file, newest first.
+    assert not any("Board flip state" in x for x in quotes("continue")[:ais.EVIDENCE_PER_FILE])
 
 
 def test_a_files_last_read_is_a_quote_though_newer_messages_pushed_it_out_of_its_recent_ones(project):
