@@ -1882,6 +1882,9 @@ _SHELL_PROMPT_RE = LazyRe(r"(?m)^[ \t]*(?:\(?[\w.-]{1,40}\)[ \t]+)?(?:[\w.-]{1,6
                           r"|[\w.-]{1,64}:[^\s$#%>][^\n$#%>]{0,200}?[ \t][\w.-]{1,64}\$"
                           r"|➜[ \t]+[^\s]{1,200}(?:[ \t]+git:\([^)\n]{1,200}\))?(?:[ \t]+✗)?"
                           r"|(?:(?:~|\.{0,2}/|[\w.-]{1,64}/)[^\s❯]{0,200}[ \t]+|[a-z0-9_.-]{1,64}[ \t]+)?❯)[ \t]+(?=\S)")
+# The frame a terminal UI draws around text (`╭───╮`, `│ text │`: a dialog of Claude Code's
+# pasted back): lines, not words.
+_FRAME_RE = LazyRe(r"[ \t]*[\u2500-\u259f]+[ \t]*")
 # A Nerd Font's glyphs (private use characters, as the git branch sign U+E0A0), which such a
 # prompt draws its status with (` main [!?] is 📦 v0.1.0 via 🦀`): see prompt_status_cut().
 _GLYPH_RE = LazyRe(r"[\ue000-\uf8ff]")
@@ -2632,7 +2635,8 @@ def concepts_of(weights):
     return out
 
 
-_LIST_MARK_RE = LazyRe(r"^(?:[-*•]|\d{1,3}[.)])[ \t]+(?=\S)")  # "- ", "* ", "1. ", "2) "
+# "- ", "* ", "1. ", "2) ", and "> " (a quoted line, a terminal UI's input line)
+_LIST_MARK_RE = LazyRe(r"^(?:[-*•>]|\d{1,3}[.)])[ \t]+(?=\S)")
 
 
 # What a tool's status line starts with (`✓ Compiled /middleware`, `⨯ [Error: …]`, `✖ Error: …`, a spinner).
@@ -2670,14 +2674,25 @@ class HeuristicExtractor:
 
     name = "heuristic"
 
-    def extract(self, text, origin="prompt", file_path=None):
+    @staticmethod
+    def body(text, origin="prompt"):
+        """The text a title, topics and summary are taken from: a prompt without what a terminal
+        pasted into it (a login banner, shell prompts, a UI's frame) or its attachments' marks."""
         body = _PREFIX_RE.sub("", text or "").strip()
-        if origin == "prompt" and "Last login: " in body:
+        if origin != "prompt":
+            return body
+        if "Last login: " in body:
             body = _LOGIN_BANNER_RE.sub("\n", body).strip() or body
-        if origin == "prompt" and ("@" in body or "PS " in body or "➜" in body or "$ " in body or "❯" in body):
+        if "@" in body or "PS " in body or "➜" in body or "$ " in body or "❯" in body:
             body = _SHELL_PROMPT_RE.sub("", prompt_status_cut(body) if "❯" in body else body)
-        if origin == "prompt" and " #" in body:
+        if " #" in body:
             body = _ATTACHED_RE.sub("", body).strip() or body
+        if _FRAME_RE.search(body):
+            body = "\n".join(x for x in (_FRAME_RE.sub(" ", line).strip() for line in body.split("\n")) if x) or body
+        return body
+
+    def extract(self, text, origin="prompt", file_path=None):
+        body = self.body(text, origin)
         # A prompt's leading slash commands are the user's routines (/prime, /implement), not its
         # subject; an approved plan's mark is no topic of every plan's thread, nor the names of an
         # MCP call (`software-factory get_work_order work_order_number=87:`) of what it returned.
@@ -8323,7 +8338,8 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
         thread, last, task = current
         # The task asked last: a thread that took one task after another ("do work order 25",
         # then 40) is on the last one, not on the one that started it.
-        title = EXTRACTOR.title(task["text"], "prompt", None) if task and not repeats(task["text"], thread["title"]) \
+        title = EXTRACTOR.title(EXTRACTOR.body(task["text"]), "prompt", None) \
+            if task and not repeats(task["text"], thread["title"]) \
             else thread["title"]
         line = tr("ctx_current", lang, title=title_shown(title, 80, stale, lang),
                   age=age_ago(now - ts_of(thread, "last_active"), lang))

@@ -506,6 +506,19 @@ def test_the_current_work_is_the_task_asked_last_in_its_thread(project):
     assert current.startswith('Current work: "do work order 040: the payments API endpoints in server.js"'), current
 
 
+def test_the_current_work_is_named_without_a_pasted_frame_or_an_attachments_mark(project):
+    """The task's title was taken from the prompt as typed: `Current work: "│ │ Option 5: Check
+    Deployment Logs because U cant see in [Image #1]"`."""
+    mem = ais.open_memory(str(project))
+    for text, source, files in (("│ │ Option 5: check the deploy logs of server.js [Image #1]", "prompt", None),
+                                ("Edited server.js:\n- a\n+ log", "tool:Edit", ["server.js"])):
+        mem.store.inbox_append(ais.prepare_capture(text, source, session_id="s1", files=files,
+                                                   op="edit" if files else None))
+    mem.flush()
+    current = next(x for x in mem.context("go on", session="s1")["text"].splitlines() if x.startswith("Current work"))
+    assert current.startswith('Current work: "Option 5: check the deploy logs of server.js" ('), current
+
+
 def test_the_current_work_line_says_what_the_last_answer_concluded(project):
     """Not its cheers, its plan of a summary or the lead-in to its list."""
     mem = ais.open_memory(str(project))

@@ -283,6 +283,11 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     assert above["title"] == "cargo build" and "medianator" not in above["topics"], above
     assert ais.EXTRACTOR.extract("Settings ❯ Privacy: the toggle is gone", "prompt")["title"] == \
         "Settings ❯ Privacy: the toggle is gone"  # a menu's path, not a prompt
+    # A terminal UI's dialog pasted back: its frame and input mark are no words of the work.
+    framed = ais.EXTRACTOR.extract("│ │ Option 5: Check Deployment Logs because U cant see in [Image #1]", "prompt")
+    assert framed["title"] == "Option 5: Check Deployment Logs because U cant see in", framed
+    boxed = ais.EXTRACTOR.extract("╭──────────────╮\n│ > fix the login redirect │\n╰──────────────╯", "prompt")
+    assert boxed["title"] == "fix the login redirect" and "│" not in boxed["summary"], boxed
     # A pasted log is about its first error, not its first line, nor the time and tag each line opens with.
     vercel = ais.EXTRACTOR.extract("21:07:51.289 Running build in Washington, D.C., USA (East) – iad1\n"
                                    "21:07:51.290 Build machine configuration: 2 cores\n21:08:21.371 Failed to compile.\n"
