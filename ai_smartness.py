@@ -41,10 +41,10 @@ Life of a prompt:
        vector serves its retrieval and its capture), then answers under the lock.
     3. hook_inject(): Memory.context(): FileTable.rank() names the files in play,
        Memory.current_thread() the work in progress, Memory.retrieve() ranks messages (lexical
-       and dense scores, thread signals); the first files' messages come first: the one
-       retrieval ranks above the others, then those that stand for most of their work
-       (Memory._file_quotes()), then the other ranked messages; render_context() packs them,
-       and the rules, into inject_budget chars.
+       and dense scores, thread signals); the first files' messages come first: the one that
+       shares a word with the prompt and retrieval ranks above the others, then those that
+       stand for most of their work (Memory._file_quotes()), then the other ranked messages;
+       render_context() packs them, and the rules, into inject_budget chars.
     4. The hook prints it as additional context (context_output()); heartbeat.json notes the
        turn; the daemon, woken, drains the prompt as any capture (its rules: capture step 5).
     5. No daemon (or one warming up): lexical_memory() answers in the hook process from the
@@ -474,7 +474,8 @@ FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
 # Files named in the injected text, and earlier messages shown for the first of them.
 FILES_SHOWN, EVIDENCE_FILES, EVIDENCE_PER_FILE = 6, 3, 3
 # This many quotes of the files in play are the message retrieval ranks highest for the prompt
-# (above every quote chosen otherwise): the work on those files the prompt is about, first.
+# (above every quote chosen otherwise; one that shares a word with it): the work on those files
+# the prompt is about, first.
 ASKED_QUOTES = 1
 # Characters of such a message shown: its start, verbatim (an edit, the head of a file).
 EVIDENCE_CHARS = 240
@@ -8156,7 +8157,9 @@ class Memory(MemoryWriter):
         hits = [h for h in hits if not self.msgs[h["message_id"]].get("dropped")]  # by the LLM: LLMWork
         now = self.clock()
         files = self.file_table().rank(prompt, FILES_SHOWN)
-        asked = [] if is_noise(prompt) else [h["message_id"] for h in hits]
+        # Retrieval's order, among the messages that share a word with the prompt.
+        said = set() if is_noise(prompt) else set(terms(prompt))
+        asked = [h["message_id"] for h in hits if said.intersection(terms(h["text"]))]
         evidence = self._file_quotes(files[:EVIDENCE_FILES], skip, asked)
         shown = {h["message_id"] for h in evidence}
         hits = [h for h in hits if h["message_id"] not in shown]

@@ -402,8 +402,9 @@ def test_a_files_quotes_start_with_its_work_the_prompt_is_about(project):
     asked = quotes("the arrows point to the wrong squares when the board is flipped")
     assert "Board flip state" in asked[0] and len(asked) == ais.EVIDENCE_PER_FILE, asked
     assert "panel script v3.8.1" in asked[1]  # then the file's last known state
-    # A prompt that names no work gets what stands for the most of the file, newest first.
-    assert not any("Board flip state" in x for x in quotes("continue")[:ais.EVIDENCE_PER_FILE])
+    # A prompt that names no work, or none of this file's, gets what stands for the most of it.
+    for prompt in ("continue", "the colours seem off"):
+        assert "panel script v3.8.1" in quotes(prompt)[0] and not any("Board flip state" in x for x in quotes(prompt))
 
 
 def test_a_files_last_read_is_a_quote_though_newer_messages_pushed_it_out_of_its_recent_ones(project):
