@@ -2520,12 +2520,6 @@ def clean_for_storage(text, limit=MAX_MESSAGE_CHARS):
     return text
 
 
-def words(text):
-    """Lower-case words, without stopwords or one-letter tokens."""
-    return [w for w in (t.lower().strip("'’-") for t in _WORD_RE.findall(text or ""))
-            if len(w) > 1 and w not in STOPWORDS]
-
-
 def _stem(word):
     out = word
     if len(word) > 3 and not word.isdigit():
@@ -2669,6 +2663,10 @@ def log_error_line(text):
     return _LOG_LEAD_RE.sub("", next((x for x in lines if _LOG_ERROR_RE.search(x)), lines[0]), count=1)
 
 
+# An elided article or pronoun before a word (l'export, d’utilisateur): the topic is the word.
+_ELIDED_RE = LazyRe(r"^(?:[cdjlmnst]|qu)['’](?=\w)")
+
+
 class HeuristicExtractor:
     """Title, topics and summary without an LLM. An LLM-backed extractor only needs the same
     `extract(text, origin, file_path)` method returning the same three keys."""
@@ -2758,7 +2756,7 @@ class HeuristicExtractor:
             body = _URL_RE.sub(url_words, body)
         body = sub_paths(lambda m: " " + re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1] + " ", body)
         for raw in _WORD_RE.findall(body):
-            word = raw.lower().strip("'’-")
+            word = _ELIDED_RE.sub("", raw.lower()).strip("'’-")
             # A word under three letters is noise, but for an acronym that names a domain (CI, UI, DB).
             if ((len(word) < 3 and not (raw.isupper() and word in _concept_index())) or word in STOPWORDS or word in GENERIC_WORDS
                     or word in code_words
@@ -3405,18 +3403,22 @@ def project_command(command, project):
     return command
 
 
-# A shell word that may be a path (quotes, operators and redirections split words); the
-# operators between the steps of a command line (a `cd` holds for the steps after it).
+# A shell word that may be a path (quotes, operators and redirections split words).
 _SHELL_WORD_RE = LazyRe(r"""[^\s'"`;|&<>(){}\[\]=,]+""")
 # A word as the shell reads it: quoted, or with escaped characters (`my\ app/x.py`): a path
 # with a space is one word.
 _SHELL_ARG_RE = LazyRe(r"""'[^'\n]{0,300}'|"[^"\n]{0,300}"|(?:[^\s'"`;|&<>(){}\[\]=,\\]|\\.)+""")
-_SHELL_STEP_RE = LazyRe(r"&&|\|\||[;\n|]")
+# An operator between the steps of a command line (a `cd` holds for the steps after it), or what
+# the shell reads as data: an escaped character, a quoted string (`grep "a\|lib/b"` is one step).
+_SHELL_STEP_RE = LazyRe(r"""\\.|'[^']*'|"(?:[^"\\]|\\.)*"|(&&|\|\||[;\n|])""")
 _SHELL_CD_RE = LazyRe(r"""\s*(?:\(\s*)?(?:cd|pushd)(?:\s+("[^"]*"|'[^']*'|(?:[^\s"'\\]|\\.)(?:[^\s\\]|\\.)*))?\s*$""")
 _FILE_NAME_RE = LazyRe(r"[\w.@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}")
 # The program of a step given by its path (`./scripts/deploy`, `bin/console`): a file, though
 # its name has no extension.
 _PROGRAM_PATH_RE = LazyRe(r"\.{1,2}/[\w.@+-]+(?:/[\w.@+-]+)*|[\w.@+-]+(?:/[\w.@+-]+)+")
+# What makes a quoted word a command line rather than a path; a pattern's escape (`\.`, `\|`).
+_SHELL_META_RE = LazyRe(r"[;|&<>`$]")
+_PATTERN_ESCAPE_RE = LazyRe(r"\\(?=[^\w\s])")
 
 
 def _shell_unquote(word):
@@ -3425,13 +3427,26 @@ def _shell_unquote(word):
 
 def _shell_words(step):
     """The words of a command step that may be paths: a quoted or escaped word whole when it
-    looks like a path (`"my app/src/a.ts"`), else the words inside it (a commit message)."""
+    looks like a path (`"my app/src/a.ts"`), else the words inside it: a commit message, a
+    command run elsewhere (`ssh host "cd /srv && cat x.log"`), a pattern whose escapes are the
+    pattern's (`grep "app\\.ts\\|api/db\\.py"`)."""
     for arg in _SHELL_ARG_RE.findall(step):
         word = _shell_unquote(arg)
-        if word != arg and " " in word and _FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]):
+        if word != arg and " " in word and not _SHELL_META_RE.search(word) \
+                and _FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]):
             yield word
         else:
-            yield from _SHELL_WORD_RE.findall(word)
+            yield from _SHELL_WORD_RE.findall(_PATTERN_ESCAPE_RE.sub("", word))
+
+
+def _shell_steps(command):
+    """The steps of a command line: split at the operators outside quotes."""
+    steps, start = [], 0
+    for m in _SHELL_STEP_RE.finditer(command):
+        if m.group(1):
+            steps.append(command[start:m.start()])
+            start = m.end()
+    return steps + [command[start:]]
 
 
 def _command_paths(command, base=None):
@@ -3451,7 +3466,7 @@ def _command_paths(command, base=None):
         head = head[:head.index("\n", heredoc)]
     where = ""
     outside = None  # the folder before a `(cd …` subshell, in force again after its `)`
-    for step in _SHELL_STEP_RE.split(head):
+    for step in _shell_steps(head):
         cd = _SHELL_CD_RE.match(step)
         if cd and step.lstrip().startswith("(") and outside is None:
             outside = where

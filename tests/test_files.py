@@ -75,6 +75,15 @@ def test_a_shell_command_names_the_files_it_runs_not_its_options_urls_or_folders
     # A program run by its path is a file, though its name has no extension; a folder listed is not.
     assert ais._command_paths('./scripts/fc1 cmd "s" | tail -5 && bin/console cache:clear; ls src/components') == [
         "./scripts/fc1", "bin/console"]
+    # A pattern's `|` inside quotes splits no step: `google/genai` is a package grep looks for, not a program run.
+    assert ais._command_paths('grep -l "aistudiocdn\\|google/genai" /home/me/web/package.json 2>/dev/null | head') == [
+        "/home/me/web/package.json"]
+    assert ais._command_paths("rg -n 'src/api|lib/db' . && cat src/app.ts") == ["src/app.ts"]
+    # A pattern's escapes are the pattern's: the names it looks for are still named.
+    assert ais._command_paths('grep -rn "parse" lib/ | grep -v "models\\.dart\\|word_tts\\.dart"') == [
+        "models.dart", "word_tts.dart"]
+    # A quoted command run elsewhere is words, not one path with spaces.
+    assert ais._command_paths('ssh box "ls -la /srv/app && rm /tmp/build.tar.gz"') == ["/tmp/build.tar.gz"]
 
 
 def test_a_pasted_blob_does_not_stall_the_files_and_topics_of_a_text():

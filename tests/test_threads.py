@@ -255,6 +255,9 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     code = ais.EXTRACTOR.extract("console.log(form); return <form>", "file_read", "src/app.js")["topics"]
     assert not {"log", "form"} & set(code)
     assert "case" not in ais.EXTRACTOR.topics("in that case the deploy waits", said=True)
+    # An elided article is no part of the word it stands with.
+    elided = ais.EXTRACTOR.topics("l'export d’utilisateurs échoue quand l’en-tête manque", said=True)
+    assert {"export", "utilisateurs", "en-tête"} <= set(elided), elided
     go = ais.EXTRACTOR.extract("Read internal/server/router.go:\npackage server\n\nfunc (s *Server) Route(ctx context.Context, "
                                "req *Request) (res *Response, err error) {\n\tdefer s.mu.Unlock()\n\tfmt.Println(req)",
                                "file_read", "internal/server/router.go")["topics"]
