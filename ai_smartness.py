@@ -3419,6 +3419,13 @@ _PROGRAM_PATH_RE = LazyRe(r"\.{1,2}/[\w.@+-]+(?:/[\w.@+-]+)*|[\w.@+-]+(?:/[\w.@+
 # What makes a quoted word a command line rather than a path; a pattern's escape (`\.`, `\|`).
 _SHELL_META_RE = LazyRe(r"[;|&<>`$]")
 _PATTERN_ESCAPE_RE = LazyRe(r"\\(?=[^\w\s])")
+# The working folder named by the shell (`$(pwd)/x.ts`), and a variable in braces (`${OUT}/x.ts`):
+# "." and one word whose folder is unknown here.
+_SHELL_CWD_RE = LazyRe(r"\$\(pwd\)|\$\{?PWD\}?(?!\w)")
+_SHELL_EXPANSION_RE = LazyRe(r"\$\{[^{}\s]*\}")
+# A step that sets a variable (`OUT="build/x"`, `export OUT=…`), and a variable used.
+_SHELL_ASSIGN_RE = LazyRe(r"""\s*(?:export\s+)?([A-Za-z_]\w*)=("[^"$`]*"|'[^']*'|[^\s"'$`;&|()]*)\s*""")
+_SHELL_VAR_RE = LazyRe(r"\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))")
 
 
 def _shell_unquote(word):
@@ -3430,7 +3437,7 @@ def _shell_words(step):
     looks like a path (`"my app/src/a.ts"`), else the words inside it: a commit message, a
     command run elsewhere (`ssh host "cd /srv && cat x.log"`), a pattern whose escapes are the
     pattern's (`grep "app\\.ts\\|api/db\\.py"`)."""
-    for arg in _SHELL_ARG_RE.findall(step):
+    for arg in _SHELL_ARG_RE.findall(_SHELL_EXPANSION_RE.sub("$v", _SHELL_CWD_RE.sub(".", step))):
         word = _shell_unquote(arg)
         if word != arg and " " in word and not _SHELL_META_RE.search(word) \
                 and _FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]):
@@ -3452,7 +3459,8 @@ def _shell_steps(command):
 def _command_paths(command, base=None):
     """The words of a shell command that may name files: a name with an extension, alone or at
     the end of a path (`pytest tests/test_api.py`, `cat src/app.ts`); not options, URLs or
-    folders, nor the body of a here-document (code, whose `console.log` is no file). A path
+    folders, nor the body of a here-document (code, whose `console.log` is no file), nor a path
+    under a variable the command did not set (`$OUT/report.json`: its folder is the shell's). A path
     after `cd frontend &&` is under frontend/; after a `cd` to a folder that cannot be told
     (`cd $DIR`, `cd ~`) only absolute paths and bare names are kept. `base`: the folder the
     client reports. Claude Code keeps a command's `cd` for the next ones and reports the folder
@@ -3466,7 +3474,14 @@ def _command_paths(command, base=None):
         head = head[:head.index("\n", heredoc)]
     where = ""
     outside = None  # the folder before a `(cd …` subshell, in force again after its `)`
+    values = {}  # variables the command set (`OUT=build; cat $OUT/log.txt`)
     for step in _shell_steps(head):
+        assign = _SHELL_ASSIGN_RE.fullmatch(step)
+        if assign:
+            values[assign.group(1)] = _shell_unquote(assign.group(2))
+            continue
+        if values and "$" in step:
+            step = _SHELL_VAR_RE.sub(lambda m: values.get(m.group(1) or m.group(2), m.group(0)), step)
         cd = _SHELL_CD_RE.match(step)
         if cd and step.lstrip().startswith("(") and outside is None:
             outside = where
@@ -3480,7 +3495,7 @@ def _command_paths(command, base=None):
             continue
         for i, word in enumerate(_shell_words(step)):
             word = word.strip(":")
-            if len(word) <= FILE_PATH_CHARS and not word.startswith("-") and "://" not in word \
+            if len(word) <= FILE_PATH_CHARS and not word.startswith("-") and "://" not in word and "$" not in word \
                     and (_FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]) or (i == 0 and _PROGRAM_PATH_RE.fullmatch(word))):
                 found.append((where, word))
         if ")" in step and outside is not None:

@@ -82,6 +82,10 @@ def test_a_shell_command_names_the_files_it_runs_not_its_options_urls_or_folders
     # A pattern's escapes are the pattern's: the names it looks for are still named.
     assert ais._command_paths('grep -rn "parse" lib/ | grep -v "models\\.dart\\|word_tts\\.dart"') == [
         "models.dart", "word_tts.dart"]
+    # A variable the command set is its value; one it did not set hides the folder (no file).
+    assert ais._command_paths('WS="workspaces/cfg"; test -f "$WS/agent.json" && cat ${WS}/b.txt $OUT/c.txt') == [
+        "workspaces/cfg/agent.json", "workspaces/cfg/b.txt"]
+    assert ais._command_paths("cat $(pwd)/src/a.ts; N=$(grep -c TODO lib/b.py)") == ["./src/a.ts", "lib/b.py"]
     # A quoted command run elsewhere is words, not one path with spaces.
     assert ais._command_paths('ssh box "ls -la /srv/app && rm /tmp/build.tar.gz"') == ["/tmp/build.tar.gz"]
 
