@@ -3409,8 +3409,9 @@ _SHELL_WORD_RE = LazyRe(r"""[^\s'"`;|&<>(){}\[\]=,]+""")
 # with a space is one word.
 _SHELL_ARG_RE = LazyRe(r"""'[^'\n]{0,300}'|"[^"\n]{0,300}"|(?:[^\s'"`;|&<>(){}\[\]=,\\]|\\.)+""")
 # An operator between the steps of a command line (a `cd` holds for the steps after it), or what
-# the shell reads as data: an escaped character, a quoted string (`grep "a\|lib/b"` is one step).
-_SHELL_STEP_RE = LazyRe(r"""\\.|'[^']*'|"(?:[^"\\]|\\.)*"|(&&|\|\||[;\n|])""")
+# the shell reads as data: an escaped character (a line continued with `\`), a quoted string
+# (`grep "a\|lib/b"` is one step).
+_SHELL_STEP_RE = LazyRe(r"""\\[\s\S]|'[^']*'|"(?:[^"\\]|\\.)*"|(&&|\|\||[;\n|])""")
 _SHELL_CD_RE = LazyRe(r"""\s*(?:\(\s*)?(?:cd|pushd)(?:\s+("[^"]*"|'[^']*'|(?:[^\s"'\\]|\\.)(?:[^\s\\]|\\.)*))?\s*$""")
 _FILE_NAME_RE = LazyRe(r"[\w.@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}")
 # The program of a step given by its path (`./scripts/deploy`, `bin/console`): a file, though
@@ -3423,6 +3424,10 @@ _PATTERN_ESCAPE_RE = LazyRe(r"\\(?=[^\w\s])")
 # "." and one word whose folder is unknown here.
 _SHELL_CWD_RE = LazyRe(r"\$\(pwd\)|\$\{?PWD\}?(?!\w)")
 _SHELL_EXPANSION_RE = LazyRe(r"\$\{[^{}\s]*\}")
+# What may stand before the program a step runs: a wrapper, a variable set for it
+# (`env DB=x.db time ./target/debug/app`).
+_SHELL_LEAD_RE = LazyRe(r"""(?:\s|\\\n)*(?:(?:env|sudo|time|nohup|exec|command)(?:\s|\\\n)+"""
+                        r"""|[A-Za-z_]\w*=(?:"[^"]*"|'[^']*'|[^\s\\]*)(?:\s|\\\n)+)*""")
 # A step that sets a variable (`OUT="build/x"`, `export OUT=…`), and a variable used.
 _SHELL_ASSIGN_RE = LazyRe(r"""\s*(?:export\s+)?([A-Za-z_]\w*)=("[^"$`]*"|'[^']*'|[^\s"'$`;&|()]*)\s*""")
 _SHELL_VAR_RE = LazyRe(r"\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))")
@@ -3493,11 +3498,14 @@ def _command_paths(command, base=None):
                 where = os.path.normpath(os.path.join(where, target))
                 where = "" if where == "." else where
             continue
-        for i, word in enumerate(_shell_words(step)):
-            word = word.strip(":")
-            if len(word) <= FILE_PATH_CHARS and not word.startswith("-") and "://" not in word and "$" not in word \
-                    and (_FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1]) or (i == 0 and _PROGRAM_PATH_RE.fullmatch(word))):
-                found.append((where, word))
+        lead = _SHELL_LEAD_RE.match(step).end()
+        for part, runs in ((step[:lead], False), (step[lead:], True)):
+            for i, word in enumerate(_shell_words(part)):
+                word = word.strip(":")
+                if len(word) <= FILE_PATH_CHARS and not word.startswith("-") and "://" not in word and "$" not in word \
+                        and (_FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1])
+                             or (runs and i == 0 and _PROGRAM_PATH_RE.fullmatch(word))):
+                    found.append((where, word))
         if ")" in step and outside is not None:
             where, outside = outside, None
     here = os.path.normpath(base) if base else ""

@@ -79,6 +79,9 @@ def test_a_shell_command_names_the_files_it_runs_not_its_options_urls_or_folders
     assert ais._command_paths('grep -l "aistudiocdn\\|google/genai" /home/me/web/package.json 2>/dev/null | head') == [
         "/home/me/web/package.json"]
     assert ais._command_paths("rg -n 'src/api|lib/db' . && cat src/app.ts") == ["src/app.ts"]
+    assert ais._command_paths("rsync -av \\\n  build/out host:/srv && cat \\\n  src/a.ts") == ["src/a.ts"]  # continued lines
+    assert ais._command_paths("env DB=data/app.db RUST_LOG=debug \\\n  ./target/debug/app serve") == [
+        "data/app.db", "./target/debug/app"]  # the program after what is set for it
     # A pattern's escapes are the pattern's: the names it looks for are still named.
     assert ais._command_paths('grep -rn "parse" lib/ | grep -v "models\\.dart\\|word_tts\\.dart"') == [
         "models.dart", "word_tts.dart"]
