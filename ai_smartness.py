@@ -538,6 +538,9 @@ BRIEF_DRAIN_SECONDS = 1.5
 INJECT_DRAIN_SECONDS = 0.5
 # The latest work-streams searched for the prompt of the last task (where the work stopped).
 BRIEF_TASK_THREADS = 5
+# Seconds of idle time that halve what a work-stream's size counts for when the briefing picks
+# the other work-streams: one of 40 messages yesterday before one of a message an hour ago.
+BRIEF_OTHERS_HALF_LIFE = 86400.0
 
 # ---- LLM backends ----
 LLM_BACKENDS = ("off", "claude-cli", "anthropic", "openai-compatible")
@@ -10123,19 +10126,27 @@ def task_thread(store, digest, task):
     return hot
 
 
+def work_lately(entry, now):
+    """How much work a digest `entry`'s work-stream holds lately: the square root of its
+    messages (ten times the messages is no ten times the task), halved every
+    BRIEF_OTHERS_HALF_LIFE it was idle. After a break, work goes back to a big stream of
+    yesterday more often than to the one-message stream of an hour ago."""
+    return float(entry.get("n") or 1) ** 0.5 * decay(now - ts_of(entry, "last_active"), BRIEF_OTHERS_HALF_LIFE)
+
+
 def where_work_stopped(hot, digest, in_play, hb, now, lang, room, stale=()):
     """The briefing's lines on the work, within `room` characters: where it stopped (`hot`, the
     thread of the last task, see task_thread; the topics that tell it apart, the last prompt
     that set a task), the files in play (the digest's `in_play`, touched often and lately
     whatever thread they joined, then the last thread's newest), the agent's last conclusion
     and next step, what was resolved, its open tasks (open_tasks); then the other recent
-    work-streams, a line each, for which the room of the whole lines that fit in
-    BRIEF_OTHERS_ROOM is kept. A title or task stating an instruction since replaced says so
+    work-streams, a line each, those that hold the most work lately first (work_lately), for
+    which the room of the whole lines that fit in BRIEF_OTHERS_ROOM is kept. A title or task stating an instruction since replaced says so
     (`stale`: stale_rules)."""
     named = [hot["title"], hb.get("last_task") or ""]  # each work-stream once
     common = common_topics(digest)
     others = []
-    for t in sorted(digest.values(), key=lambda t: ts_of(t, "last_active"), reverse=True):
+    for t in sorted(digest.values(), key=lambda t: (work_lately(t, now), ts_of(t, "last_active")), reverse=True):
         if len(others) == BRIEF_OTHERS:
             break
         if t.get("title") and not t.get("tool_title") and not any(repeats(t["title"], x) for x in named):

@@ -1209,6 +1209,22 @@ def test_the_other_work_streams_are_named_by_people_not_by_a_tools_output(projec
     assert lines[-2:] == ["Other recent work:", "- Rework the invoice rounding (bank)"]
 
 
+def test_the_other_work_streams_are_those_that_hold_the_most_work_lately():
+    now = 1_800_000_000
+    hot = {"id": "hot", "title": "checkout flow", "last_active": ais.iso(now - 60), "messages": []}
+    digest = {"small": {"title": "What port does the dev server use?", "n": 1, "last_active": ais.iso(now - 3600)},
+              "big": {"title": "Migrate the billing tables to Postgres", "n": 40, "last_active": ais.iso(now - ais.DAY)},
+              "old": {"title": "Rewrite the search indexer", "n": 60, "last_active": ais.iso(now - 5 * ais.DAY)}}
+    lines = ais.where_work_stopped(hot, digest, [], {}, now, "en", 400)
+    # Forty messages a day ago, then a question an hour ago, then sixty messages five days ago.
+    assert lines[lines.index("Other recent work:") + 1:] == [
+        "- Migrate the billing tables to Postgres", "- What port does the dev server use?", "- Rewrite the search indexer"]
+    for entry in digest.values():
+        entry.pop("n")  # no message count: the most recent first
+    assert ais.where_work_stopped(hot, digest, [], {}, now, "en", 400)[-3:] == [
+        "- What port does the dev server use?", "- Migrate the billing tables to Postgres", "- Rewrite the search indexer"]
+
+
 def test_the_briefing_names_the_topics_that_tell_work_streams_apart():
     now = 1_800_000_000
     at = ais.iso(now - 3600)
