@@ -2901,6 +2901,7 @@ def tool_capture(payload, data_dir=None):
         if isinstance(resp, dict):
             out = "\n".join(str(resp.get(k) or "") for k in ("stdout", "stderr")).strip()
         out = _CWD_RESET_RE.sub("", out).strip()
+        out = strip_project(out, project) if project else out
         viewed = _OUTPUT_VIEW_RE.fullmatch(command.strip())
         looked = output_so_far(payload, data_dir, viewed.group(1), out) if viewed else None
         if looked:
@@ -2913,6 +2914,7 @@ def tool_capture(payload, data_dir=None):
         desc = inp.get("description") or inp.get("subagent_type") or ""
         text = f"Task {desc}: {shorten(str(inp.get('prompt') or ''), 300)}\n" \
                f"{head_tail(_response_text(resp), 1500, 500)}"
+        text = strip_project(text, project) if project else text
     elif tool == "Grep":
         text, files = _search_capture(inp, resp, project, cwd)
         if not text:
@@ -3401,9 +3403,20 @@ def project_command(command, project):
         command = re.sub(rf"^\s*cd\s+(?:{folder})/?\s*(?:&&|;)\s*", "", command, count=1)
         # A later step's `cd` back into it: the folder itself is "." (never a longer name it begins).
         command = re.sub(rf"(?<=[\s;&|(])cd\s+(?:{folder})/?(?=\s*(?:&&|;|\|\||$))", "cd .", command, flags=re.M)
-        for form in dict.fromkeys((root, root.replace(" ", "\\ "))):
-            command = command.replace(form + "/", "")
-    return command
+    return strip_project(command, project)
+
+
+def strip_project(text, project):
+    """`text` with the project's folder taken off the paths under it (`/home/me/app/src/a.py` is
+    `src/a.py`): a command, its output, a prompt or an answer, never a file's content, where a
+    path is code. A path that only ends with the folder's name (`/srv/app/x` for /app) is
+    another folder's."""
+    for root in dict.fromkeys((os.path.normpath(project), os.path.realpath(project))):
+        if root == os.sep:
+            continue
+        forms = "|".join(re.escape(f) for f in dict.fromkeys((root, root.replace(" ", "\\ "))))
+        text = re.sub(rf"(?<![\w.~/\\-])(?:{forms})/(?=[^\s/'\"`])", "", text)
+    return text
 
 
 # A shell word that may be a path (quotes, operators and redirections split words).
@@ -6879,12 +6892,13 @@ def data_dir_of(project):
 
 
 def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=None, origin=None, files=None,
-                    op=None, failed=False, command=None, changed=None, cites=None):
+                    op=None, failed=False, command=None, changed=None, cites=None, project=None):
     """Clean, redact and size a capture; None when it is noise. Shared by the CLI, the hooks
     and the daemon so every path stores the same thing. `files`: the project-relative paths
     the event touched, `op` what it did to them (FILE_OPS); `command` a shell command's first
     line, `failed` when it failed; `changed`: the files changed in git when a turn ended;
-    `cites`: the files a read or written file's text names."""
+    `cites`: the files a read or written file's text names; `project`: the project's folder, taken
+    off the paths of a prompt or an answer (strip_project)."""
     ts = time.time()
     if at:  # checked before anything is journaled: a bad time would poison every drain
         ts = valid_ts(at)
@@ -6894,6 +6908,7 @@ def prepare_capture(text, source="prompt", file_path=None, at=None, session_id=N
     if notice:  # kept as a tool's result in the turn it came into: no task, title or rule of the user's
         text, source, origin = notice, NOTICE_SOURCE, "task"
     cleaned = clean_for_storage(text)
+    cleaned = strip_project(cleaned, project) if project else cleaned
     short = 8 if source == "prompt" and not _SLASH_COMMAND_RE.match(cleaned) else 3
     if is_noise(cleaned, min_chars=short) or cleaned.startswith(LLM_PROMPT_MARKER):
         return None  # noise, or the product's own LLM prompt (anti-loop: it is never memory)
@@ -10304,7 +10319,8 @@ def capture_entry(kind, payload, data_dir, at=None):
     sid = payload.get("session_id")
     if kind in ("prompt", "answer"):
         text = payload.get("prompt" if kind == "prompt" else "last_assistant_message")
-        entry = prepare_capture(text, "assistant" if kind == "answer" else "prompt", session_id=sid, at=at) \
+        entry = prepare_capture(text, "assistant" if kind == "answer" else "prompt", session_id=sid, at=at,
+                                project=data_dir and os.path.dirname(data_dir)) \
             if isinstance(text, str) and text.strip() else None
         return with_turn(entry, payload)
     cap = tool_capture(payload, data_dir) if kind == "tool" else failed_capture(payload, data_dir)
@@ -10348,7 +10364,7 @@ def prompt_entry(payload, data_dir):
     if run:
         return prepare_capture(run["text"], run["source"], session_id=sid, origin=run["origin"],
                                failed=run.get("failed"), command=run.get("command"))
-    return prepare_capture(payload["prompt"], "prompt", session_id=sid)
+    return prepare_capture(payload["prompt"], "prompt", session_id=sid, project=os.path.dirname(data_dir))
 
 
 def journal_unhooked(store, payload):
@@ -10649,7 +10665,7 @@ def hook_stop(store, payload, mem):
     if text:
         changed = git_changes(os.path.dirname(store.dir))
         journal(store, with_turn(prepare_capture(text, "assistant", session_id=payload.get("session_id"),
-                                                 changed=changed), payload))
+                                                 changed=changed, project=os.path.dirname(store.dir)), payload))
     hb = store.heartbeat()
     done = {"last_conclusion": cut_redacted(conclusion_of(strip_markup(text), LAST_CONCLUSION_CHARS),
                                             LAST_CONCLUSION_CHARS)} if text else {}
@@ -11161,8 +11177,8 @@ def mcp_remember(cli, args):
     if not said:
         raise UsageError(tr("mcp_remember_needs", lang))
     # The hooks' capture path: cleaned and redacted, journaled, then drained like any capture.
-    stored = [journal(cli.store, prepare_capture(text, "prompt" if role == "user" else "assistant"))
-              for role, text in said]
+    stored = [journal(cli.store, prepare_capture(text, "prompt" if role == "user" else "assistant",
+                                                 project=os.path.dirname(cli.store.dir))) for role, text in said]
     cli.drained()
     n = sum(1 for cid in stored if cid)
     return tr("mcp_remembered", lang, n=n) if n else tr("mcp_noise", lang)

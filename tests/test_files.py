@@ -188,6 +188,33 @@ def test_a_command_is_kept_with_project_paths_and_without_a_cd_into_the_project(
     assert away["text"] == "$ cd ../site && git log --oneline -1\nac9b00a feat: rename the site", away["text"]
 
 
+def test_output_reports_prompts_and_answers_name_the_projects_files_by_their_project_path(project):
+    """The project's folder is no part of a path in what a command printed, a subagent's report, a
+    prompt or an answer, as in a command: a file is named the same everywhere, and the folder would
+    take a quote's room. A file's content stays as written (a path there is code), and a path
+    that only ends with the folder's name is another folder's."""
+    p, data_dir = str(project), str(project / ".ai")
+    beside = f"/srv{p}/x.py"
+    ran = ais.capture_entry("tool", post_payload("Bash", {"command": f"cd {p} && npm test"}, {
+        "stdout": f"FAIL {p}/src/a.test.ts\n  at ({p}/app/(shop)/page.tsx:3:9)\nsee {beside}"}, project=p), data_dir)
+    assert ran["text"] == f"$ npm test\nFAIL src/a.test.ts\n  at (app/(shop)/page.tsx:3:9)\nsee {beside}", ran["text"]
+    task = ais.capture_entry("tool", post_payload("Task", {"description": "Find the form", "prompt": f"Read {p}/src"}, {
+        "content": [{"type": "text", "text": f"It is in {p}/src/LoginForm.tsx."}]}, project=p), data_dir)
+    assert task["text"] == "Task Find the form: Read src\nIt is in src/LoginForm.tsx.", task["text"]
+    wrote = ais.capture_entry("tool", post_payload("Write", {"file_path": f"{p}/conf.py", "content": f"ROOT = '{p}/x'"},
+                                                   {"type": "create", "filePath": f"{p}/conf.py"}, project=p), data_dir)
+    assert f"ROOT = '{p}/x'" in wrote["text"]
+    asked = ais.capture_entry("prompt", prompt_payload(f"why does {p}/src/LoginForm.tsx accept an empty password?",
+                                                       project=p), data_dir)
+    assert asked["text"] == "why does src/LoginForm.tsx accept an empty password?"
+    assert hook("stop", stop_payload(f"Fixed {p}/src/LoginForm.tsx: it checks the length now.", project=p),
+                project).returncode == 0
+    mem = ais.open_memory(p)
+    mem.flush()
+    assert [m["text"] for m in mem.msgs.values()] == ["Fixed src/LoginForm.tsx: it checks the length now."]
+    assert ais.project_command(f"ls {beside} && cat {p}/a.py", p) == f"ls {beside} && cat a.py"
+
+
 def test_a_search_is_kept_with_what_it_found_and_names_its_files_only_when_they_are_few(project):
     """A Grep says where the agent looked and what it found: the lines, by project path. Many
     matching files say little about any one of them; nothing found is not kept."""
