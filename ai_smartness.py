@@ -6452,6 +6452,9 @@ _INJECTED_RE = LazyRe(r"<(environment_context|user_instructions|environment_deta
                       r".*?</\1>|^\s*# AGENTS\.md instructions.*|^\[Request interrupted by user[^\]]*\]", re.S)
 _COMMAND_NAME_RE, _COMMAND_ARGS_RE = (LazyRe(rf"<command-{t}>(.*?)</command-{t}>", re.S) for t in ("name", "args"))
 _CLINE_RESULT_RE = LazyRe(r"^\s*\[[\w-]+(?: for [^\]]*)?\] Result:")
+# A Stop hook's word to the agent, which Claude Code 1.0 wrote as a user record (2.1 flags it meta
+# and sends no UserPromptSubmit for it).
+_HOOK_FEEDBACK_RE = LazyRe(r"Stop hook feedback:\s")
 
 
 def import_text(value):
@@ -6488,11 +6491,13 @@ class _Turns:
 
     def prompt(self, text, base, turn=None):
         """Events of a user message: the pending answer, then the prompt; nothing (a skip)
-        when the message holds only injected context or markup."""
+        when the message holds only injected context or markup; only the pending answer for a
+        Stop hook's feedback, which is no prompt of the user's: the turn goes on, and the answer
+        the hook stopped was a Stop's, as live."""
         text = import_text(text)
-        if not text:
+        if not text or _HOOK_FEEDBACK_RE.match(text):
             self.stats["skipped"] += 1
-            return []
+            return self.flush() if text else []
         out = self.flush()
         self.turn, self.greeted = turn or base.get("prompt_id"), is_greeting(text)
         out.append(("prompt", dict(base, prompt=text, prompt_id=self.turn)))

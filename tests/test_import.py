@@ -532,6 +532,24 @@ def test_an_import_keeps_what_was_typed_while_the_agent_worked(project, tmp_path
     assert "Always use tabs for indentation in this repo" in json.dumps(rules), rules
 
 
+def test_an_import_keeps_no_stop_hook_feedback_as_a_prompt(project, tmp_path):
+    """Claude Code 1.0 wrote a Stop hook's feedback as a user record ("Stop hook feedback:" and
+    what the hook said); 2.1.197 flags it meta and sends no UserPromptSubmit for it. No task of
+    the user's: the turn goes on, and both answers are kept, as the two Stops keep them live."""
+    common = {"isSidechain": False, "userType": "external", "cwd": str(project), "sessionId": "s-f", "version": "1.0.44"}
+    said = [("user", "fix the lint warnings in src/a.py"), ("assistant", "Two of the three warnings are fixed."),
+            ("user", "Stop hook feedback:\n- [uv run .claude/hooks/stop.py]: error: Failed to spawn"),
+            ("assistant", "The stop hook is missing; the three warnings in src/a.py are fixed.")]
+    records = [dict(common, type=role, uuid=f"r{i}", timestamp=f"2026-11-20T10:0{i}:00.000Z",
+                    message={"id": f"m{i}", "role": role, "content": [{"type": "text", "text": text}]})
+               for i, (role, text) in enumerate(said)]
+    path = tmp_path / "s-f.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    imported(project, path, fmt="claude-jsonl")
+    assert sorted(texts(project)) == ["The stop hook is missing; the three warnings in src/a.py are fixed.",
+                                      "Two of the three warnings are fixed.", "fix the lint warnings in src/a.py"]
+
+
 def test_an_import_keeps_no_answer_to_a_greeting(project, tmp_path):
     """As the hooks (hook_stop): "hi" and the agent's "Hi! I'm Claude Code…" are small talk."""
     common = {"isSidechain": False, "userType": "external", "cwd": str(project), "sessionId": "s-g", "version": "2.1.197"}
