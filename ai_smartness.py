@@ -10506,7 +10506,7 @@ def hook_inject(store, payload, mem):
         hint = proactive_suggestion(mem.threads if mem else store.read_digest(), prompt, lang)
         if hint and len(text) + len(hint) + 1 <= cfg["inject_budget"]:
             text += "\n" + hint
-    said = strip_markup(prompt)
+    said = strip_markup(strip_project(prompt, os.path.dirname(store.dir)))
     said = _ATTACHED_RE.sub("", said).strip() or said
     task = {"last_task": cut_redacted(" ".join(said.split()), FIELD_CHARS)} \
         if not is_noise(prompt, min_chars=TASK_MIN_CHARS) and not task_notice(prompt) else {}
@@ -10667,13 +10667,14 @@ def hook_stop(store, payload, mem):
         text = last_assistant_text(payload.get("transcript_path"))
     if text and (_CLIENT_ERROR_RE.match(text) or greeted_back(store, payload)):
         text = ""  # the turn failed, or greeted back: the last conclusion stays the one before
+    project = os.path.dirname(store.dir)
     if text:
-        changed = git_changes(os.path.dirname(store.dir))
+        changed = git_changes(project)
         journal(store, with_turn(prepare_capture(text, "assistant", session_id=payload.get("session_id"),
-                                                 changed=changed, project=os.path.dirname(store.dir)), payload))
+                                                 changed=changed, project=project), payload))
     hb = store.heartbeat()
-    done = {"last_conclusion": cut_redacted(conclusion_of(strip_markup(text), LAST_CONCLUSION_CHARS),
-                                            LAST_CONCLUSION_CHARS)} if text else {}
+    said = conclusion_of(strip_markup(strip_project(text, project)), LAST_CONCLUSION_CHARS) if text else ""
+    done = {"last_conclusion": cut_redacted(said, LAST_CONCLUSION_CHARS)} if text else {}
     store.update_heartbeat(beats=int(hb.get("beats", 0)) + 1, last_session=payload.get("session_id"),
                            last_thread=store.state().get("hot_thread"), last_interaction=iso(time.time()), **done)
     cfg = mem.cfg if mem else store.config()

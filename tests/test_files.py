@@ -204,14 +204,17 @@ def test_output_reports_prompts_and_answers_name_the_projects_files_by_their_pro
     wrote = ais.capture_entry("tool", post_payload("Write", {"file_path": f"{p}/conf.py", "content": f"ROOT = '{p}/x'"},
                                                    {"type": "create", "filePath": f"{p}/conf.py"}, project=p), data_dir)
     assert f"ROOT = '{p}/x'" in wrote["text"]
-    asked = ais.capture_entry("prompt", prompt_payload(f"why does {p}/src/LoginForm.tsx accept an empty password?",
-                                                       project=p), data_dir)
-    assert asked["text"] == "why does src/LoginForm.tsx accept an empty password?"
-    assert hook("stop", stop_payload(f"Fixed {p}/src/LoginForm.tsx: it checks the length now.", project=p),
-                project).returncode == 0
+    for name, payload in (("inject", prompt_payload(f"why does {p}/src/LoginForm.tsx accept an empty password?",
+                                                    project=p)),
+                          ("stop", stop_payload(f"Fixed {p}/src/LoginForm.tsx: it checks the length now.", project=p))):
+        assert hook(name, payload, project).returncode == 0
     mem = ais.open_memory(p)
     mem.flush()
-    assert [m["text"] for m in mem.msgs.values()] == ["Fixed src/LoginForm.tsx: it checks the length now."]
+    assert sorted(m["text"] for m in mem.msgs.values()) == [
+        "Fixed src/LoginForm.tsx: it checks the length now.", "why does src/LoginForm.tsx accept an empty password?"]
+    hb = mem.store.heartbeat()  # what the briefing names before the threads are stored
+    assert (hb["last_task"], hb["last_conclusion"]) == ("why does src/LoginForm.tsx accept an empty password?",
+                                                        "Fixed src/LoginForm.tsx: it checks the length now.")
     assert ais.project_command(f"ls {beside} && cat {p}/a.py", p) == f"ls {beside} && cat a.py"
 
 
