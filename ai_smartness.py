@@ -6452,9 +6452,10 @@ _INJECTED_RE = LazyRe(r"<(environment_context|user_instructions|environment_deta
                       r".*?</\1>|^\s*# AGENTS\.md instructions.*|^\[Request interrupted by user[^\]]*\]", re.S)
 _COMMAND_NAME_RE, _COMMAND_ARGS_RE = (LazyRe(rf"<command-{t}>(.*?)</command-{t}>", re.S) for t in ("name", "args"))
 _CLINE_RESULT_RE = LazyRe(r"^\s*\[[\w-]+(?: for [^\]]*)?\] Result:")
-# A Stop hook's word to the agent, which Claude Code 1.0 wrote as a user record (2.1 flags it meta
-# and sends no UserPromptSubmit for it).
-_HOOK_FEEDBACK_RE = LazyRe(r"Stop hook feedback:\s")
+# A hook's word to the agent, which Claude Code 1.0 wrote as a user record: a Stop hook's (2.1 flags
+# it meta and sends no UserPromptSubmit for it), a tool hook's ("Bash operation feedback:" and the
+# hooks' lines).
+_HOOK_FEEDBACK_RE = LazyRe(r"Stop hook feedback:\s|\w+ operation feedback:\n- \[")
 
 
 def import_text(value):

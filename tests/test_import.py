@@ -532,12 +532,15 @@ def test_an_import_keeps_what_was_typed_while_the_agent_worked(project, tmp_path
     assert "Always use tabs for indentation in this repo" in json.dumps(rules), rules
 
 
-def test_an_import_keeps_no_stop_hook_feedback_as_a_prompt(project, tmp_path):
-    """Claude Code 1.0 wrote a Stop hook's feedback as a user record ("Stop hook feedback:" and
-    what the hook said); 2.1.197 flags it meta and sends no UserPromptSubmit for it. No task of
-    the user's: the turn goes on, and both answers are kept, as the two Stops keep them live."""
+def test_an_import_keeps_no_hook_feedback_as_a_prompt(project, tmp_path):
+    """Claude Code 1.0 wrote a hook's feedback as a user record ("Stop hook feedback:" or "Bash
+    operation feedback:", then what the hooks said); 2.1.197 flags a Stop hook's meta and sends no
+    UserPromptSubmit for it. No task of the user's: the turn goes on, and both answers are kept,
+    as the two Stops keep them live."""
     common = {"isSidechain": False, "userType": "external", "cwd": str(project), "sessionId": "s-f", "version": "1.0.44"}
-    said = [("user", "fix the lint warnings in src/a.py"), ("assistant", "Two of the three warnings are fixed."),
+    said = [("user", "fix the lint warnings in src/a.py"),
+            ("user", "Bash operation feedback:\n- [uv run .claude/hooks/post_tool_use.py]: error: Failed to spawn"),
+            ("assistant", "Two of the three warnings are fixed."),
             ("user", "Stop hook feedback:\n- [uv run .claude/hooks/stop.py]: error: Failed to spawn"),
             ("assistant", "The stop hook is missing; the three warnings in src/a.py are fixed.")]
     records = [dict(common, type=role, uuid=f"r{i}", timestamp=f"2026-11-20T10:0{i}:00.000Z",
