@@ -2854,9 +2854,9 @@ def tool_capture(payload, data_dir=None):
     worth keeping. One branch per tool keeps the useful part and drops noise."""
     tool = payload.get("tool_name")
     if isinstance(tool, str) and tool.startswith("mcp__"):
-        return mcp_capture(tool, payload.get("tool_input"), payload.get("tool_response"))
+        return off_project(mcp_capture(tool, payload.get("tool_input"), payload.get("tool_response")), data_dir)
     if tool in ("BashOutput", "TaskOutput"):
-        return background_capture(payload, data_dir)
+        return off_project(background_capture(payload, data_dir), data_dir)
     origin = TOOL_ORIGINS.get(tool) if isinstance(tool, str) else None
     if not origin:
         return None
@@ -2935,6 +2935,7 @@ def tool_capture(payload, data_dir=None):
         target = inp.get("url") or inp.get("query") or ""
         text = f"{tool} {target}: {shorten(str(inp.get('prompt') or ''), 200)}\n" \
                f"{head_tail(_response_text(resp), 1200, 300)}"
+        text = strip_project(text, project) if project else text
     # An approved plan is the agent's word on what comes next, as its conclusions are on what was done.
     cap = {"text": text, "source": "assistant" if tool == "ExitPlanMode" else f"tool:{tool}", "origin": origin,
            "file": path}
@@ -2948,6 +2949,14 @@ def tool_capture(payload, data_dir=None):
             cap["files"], cap["op"] = list(dict.fromkeys(files))[:MAX_CAPTURE_FILES], FILE_OPS[tool]
             if cites:
                 cap["cites"] = cites
+    return cap
+
+
+def off_project(cap, data_dir):
+    """What an MCP server or a background task returned, with the project's folder off its paths
+    (strip_project) as in a command's output."""
+    if cap and data_dir:
+        cap["text"] = strip_project(cap["text"], os.path.dirname(data_dir))
     return cap
 
 
@@ -3408,8 +3417,8 @@ def project_command(command, project):
 
 def strip_project(text, project):
     """`text` with the project's folder taken off the paths under it (`/home/me/app/src/a.py` is
-    `src/a.py`): a command, its output, a prompt or an answer, never a file's content, where a
-    path is code. A path that only ends with the folder's name (`/srv/app/x` for /app) is
+    `src/a.py`): a command, its output, a report, a prompt or an answer, never a file's content,
+    where a path is code. A path that only ends with the folder's name (`/srv/app/x` for /app) is
     another folder's."""
     for root in dict.fromkeys((os.path.normpath(project), os.path.realpath(project))):
         if root == os.sep:

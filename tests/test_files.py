@@ -201,6 +201,14 @@ def test_output_reports_prompts_and_answers_name_the_projects_files_by_their_pro
     task = ais.capture_entry("tool", post_payload("Task", {"description": "Find the form", "prompt": f"Read {p}/src"}, {
         "content": [{"type": "text", "text": f"It is in {p}/src/LoginForm.tsx."}]}, project=p), data_dir)
     assert task["text"] == "Task Find the form: Read src\nIt is in src/LoginForm.tsx.", task["text"]
+    run = {"task_type": "local_workflow", "status": "completed", "description": "audit",
+           "output": json.dumps({"result": f"{p}/src/lexer.py drops combining marks"})}
+    for tool, inp, resp in (("TaskOutput", {"task_id": "wkkpqyrhd"}, {"task": run}),
+                            ("mcp__serena__find_symbol", {"name": "lex"}, f"lex is defined in {p}/src/lexer.py"),
+                            ("WebFetch", {"url": "https://example.com/lexer", "prompt": "the API"},
+                             f"See {p}/src/lexer.py")):
+        report = ais.capture_entry("tool", post_payload(tool, inp, resp, project=p), data_dir)["text"]
+        assert p not in report and "src/lexer.py" in report, report
     wrote = ais.capture_entry("tool", post_payload("Write", {"file_path": f"{p}/conf.py", "content": f"ROOT = '{p}/x'"},
                                                    {"type": "create", "filePath": f"{p}/conf.py"}, project=p), data_dir)
     assert f"ROOT = '{p}/x'" in wrote["text"]
