@@ -2633,6 +2633,10 @@ def concepts_of(weights):
     return out
 
 
+# A sentence that only forbids ("Don't change any code yet.", "Ne modifie rien.", "Nunca…"): a
+# limit on the work the next sentence asks for.
+_FORBIDS_RE = LazyRe(r"(?:please\s+)?(?:do\s+not|don['’]?t|never|ne\s|n['’]|nunca\s|no\s+(?:hagas|toques|cambies|"
+                     r"modifiques|leas|escribas|ejecutes|borres)\b)", re.I)
 # "- ", "* ", "1. ", "2) ", and "> " (a quoted line, a terminal UI's input line)
 _LIST_MARK_RE = LazyRe(r"^(?:[-*•>]|\d{1,3}[.)])[ \t]+(?=\S)")
 
@@ -2725,9 +2729,10 @@ class HeuristicExtractor:
         said = [x for x in sentences if not is_noise(x) and len(re.findall(r"\w", x)) > 3] or sentences[:1]
         first = said[0]
         if origin == "prompt" and len(said) > 1 and not first.rstrip(" \\").endswith(":") \
-                and not HeuristicExtractor.topics(first[:TITLE_TOPIC_CHARS], limit=1):
-            # A reply before the request ("Still not working.", "yes there might have been.") names
-            # no work: the next sentence that names some (two topics) does.
+                and (_FORBIDS_RE.match(first) or not HeuristicExtractor.topics(first[:TITLE_TOPIC_CHARS], limit=1)):
+            # A reply before the request ("Still not working.", "yes there might have been.") or a
+            # limit set on it ("Do NOT read the .env files.") names no work: the next sentence that
+            # names some (two topics) does.
             first = next((x for x in said[1:TITLE_SENTENCES]
                           if len(HeuristicExtractor.topics(x[:TITLE_TOPIC_CHARS], limit=2)) == 2), first)
         if origin == "prompt" and first.rstrip(" \\").endswith(":") and len(first) < TITLE_LEAD_CHARS:

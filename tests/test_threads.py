@@ -317,6 +317,16 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
     assert ais.EXTRACTOR.extract("Still not working. Can you use the Supabase MCP to check the signup webhook?",
                                  "prompt")["title"] == "Can you use the Supabase MCP to check the signup webhook?"
     assert ais.EXTRACTOR.extract("sounds great! proceed", "prompt")["title"] == "sounds great!"  # nothing else to say
+    # Nor does a limit set on it; a prompt that is only a limit keeps it.
+    for said, title in (("Do NOT read the .env files. Count how many .env and .env.sample files there are.",
+                         "Count how many .env and .env.sample files there are."),
+                        ("Ne modifie rien. Explique pourquoi le module de facturation arrondit mal.",
+                         "Explique pourquoi le module de facturation arrondit mal."),
+                        ("Nunca uses var. Revisa el módulo de facturación y sus tests.",
+                         "Revisa el módulo de facturación y sus tests."),
+                        ("Do not write anything, just research and report", "Do not write anything, just research and report"),
+                        ("Never use var in the billing module. Always const.", "Never use var in the billing module.")):
+        assert ais.EXTRACTOR.extract(said, "prompt")["title"] == title, said
     # A first line that leads into a paste ("Getting this error:") is titled with what it pastes.
     assert ais.EXTRACTOR.extract("Getting this error messaging:\n\nCould not load the library\n\nPostgrestException(",
                                  "prompt")["title"] == "Getting this error messaging: Could not load the library"
