@@ -2635,8 +2635,8 @@ def concepts_of(weights):
 
 # A sentence that only forbids ("Don't change any code yet.", "Ne modifie rien.", "Nunca…"): a
 # limit on the work the next sentence asks for.
-_FORBIDS_RE = LazyRe(r"(?:please\s+)?(?:do\s+not|don['’]?t|never|ne\s|n['’]|nunca\s|no\s+(?:hagas|toques|cambies|"
-                     r"modifiques|leas|escribas|ejecutes|borres)\b)", re.I)
+_FORBIDS_RE = LazyRe(r"(?:please\s+)?(?:(?:do\s+not|don['’]?t|never)\b|ne\s|n['’]|nunca\s|no\s+(?:hagas|toques|"
+                     r"cambies|modifiques|leas|escribas|ejecutes|borres)\b)", re.I)
 # "- ", "* ", "1. ", "2) ", and "> " (a quoted line, a terminal UI's input line)
 _LIST_MARK_RE = LazyRe(r"^(?:[-*•>]|\d{1,3}[.)])[ \t]+(?=\S)")
 

@@ -325,7 +325,9 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
                         ("Nunca uses var. Revisa el módulo de facturación y sus tests.",
                          "Revisa el módulo de facturación y sus tests."),
                         ("Do not write anything, just research and report", "Do not write anything, just research and report"),
-                        ("Never use var in the billing module. Always const.", "Never use var in the billing module.")):
+                        ("Never use var in the billing module. Always const.", "Never use var in the billing module."),
+                        ("Nevertheless the build fails on CI. Fix the pipeline config.",
+                         "Nevertheless the build fails on CI.")):
         assert ais.EXTRACTOR.extract(said, "prompt")["title"] == title, said
     # A first line that leads into a paste ("Getting this error:") is titled with what it pastes.
     assert ais.EXTRACTOR.extract("Getting this error messaging:\n\nCould not load the library\n\nPostgrestException(",
