@@ -10132,11 +10132,13 @@ def common_topics(digest):
 
 def telling_topics(thread, title, common):
     """A work-stream's topics that add to its `title` as shown: not words of it, not `common`, not
-    a part of another one kept ("sdk" beside "server-sdk", "push" beside "finish_push")."""
+    a part of another one kept ("sdk" beside "server-sdk", "push" beside "finish_push"), nor
+    another form of one before it ("pages" after "page")."""
     said = set(re.findall(r"[^\W_]+", title.lower()))
     kept = [x for x in thread.get("topics", []) if x not in common and not set(re.split(r"[-_.]", x)) <= said]
     parts = {p for x in kept for p in re.split(r"[-_.]", x) if p != x}
-    return [x for x in kept if x not in parts]
+    stems = {}
+    return [x for x in kept if x not in parts and stems.setdefault(stem(x), x) == x]
 
 
 def task_thread(store, digest, task):

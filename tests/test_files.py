@@ -1280,6 +1280,9 @@ def test_the_briefing_names_the_topics_that_tell_work_streams_apart():
     thread = {"topics": ["server-sdk", "sdk", "finish_push", "push", "finish", "parser", "parser_test"]}
     assert ais.telling_topics(thread, "the parser's tests", set()) == ["server-sdk", "finish_push", "parser_test"]
     assert ais.telling_topics(thread, "the SDK server", set()) == ["finish_push", "parser_test"]  # said
+    # Nor another form of one before it.
+    thread = {"topics": ["page", "popup", "pages", "migrations", "migration", "popups"]}
+    assert ais.telling_topics(thread, "the teams view", set()) == ["page", "popup", "migrations"]
 
 
 def test_the_topics_leave_room_for_the_files_and_the_last_conclusion():
