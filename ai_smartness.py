@@ -3650,6 +3650,8 @@ _TABLE_RULE_RE = LazyRe(r"[ \t|:]*-[ \t|:-]*")  # "|---|:--:|": the line under a
 # The text before a table read for the line that leads into it (a bound: an answer of many tables).
 TABLE_LEAD_CHARS = 300
 _FENCED_RE = LazyRe(r"(?s)```.*?(?:```|\Z)")  # a code block: code, no sentence
+_HEADING_RE = LazyRe(r"(?m)^[ \t]*#{1,6}[ \t]+(.+)$")  # a markdown heading: its text
+_NEXT_HEADING_RE = LazyRe(r"(?:next|prochaine?s?|pr[oó]xim[oa]s|siguientes)\b", re.I)  # "## Next Steps"
 
 
 def table_rows(text):
@@ -3749,9 +3751,10 @@ _LEADIN_RE = LazyRe(r"(?:here(?:'s|’s| is| are)|below is|(?:a |the )?(?:full |
 
 
 def leads_in(sentence):
-    """A lead-in says nothing after a colon ("Summary: the export streams" is a conclusion)."""
+    """A lead-in says nothing after a colon ("Summary: the export streams" is a conclusion) and
+    ends as no statement does ("Changes are in place." is one)."""
     return (len(sentence.split()) <= LEADIN_WORDS and bool(_LEADIN_RE.match(sentence))
-            and not re.search(r":\s*\S", sentence))
+            and not re.search(r":\s*\S", sentence) and sentence[-1] not in ".!")
 
 
 def conclusion_of(text, fill=0):
@@ -3766,20 +3769,35 @@ def conclusion_of(text, fill=0):
     while start < len(sentences) - 1 and (len(sentences[start].split()) == 1 or _PLAN_RE.match(sentences[start])
                                           or _AGREE_RE.fullmatch(sentences[start])):
         start += 1
-    sentences = sentences[start:]
+    sentences = sentences[start:start + 1] + [x for x in sentences[start + 1:] if not _PLAN_RE.match(x)]
     sentences = [x for x in sentences if not leads_in(x)] or sentences
     if not sentences:
         return ""
+    # A markdown heading that states nothing ("## Root Cause Analysis", "## What is BatchData?")
+    # names what follows it: past the first sentence (the answer's title), the conclusion never
+    # ends on one nor takes one for what is open; under "## Next Steps", the first line says what is next.
+    labels = {x for x in sentences_of("\n".join(_HEADING_RE.findall(text))) if x[-1] not in ".!…"} \
+        if "#" in text else set()
     head = 1
-    while head < len(sentences) and sum(map(len, sentences[:head])) < CONCLUSION_HEAD_CHARS:
+    while head < len(sentences) and (sum(map(len, sentences[:head])) < CONCLUSION_HEAD_CHARS
+                                     or head > 1 and sentences[head - 1] in labels):
         head += 1
-    rest = [x for x in sentences[head:] if _OPEN_RE.search(x)][-2:]
+    least = head
+    rest = [x for i, x in enumerate(sentences[head:], head) if x not in labels and (
+        _OPEN_RE.search(x) or sentences[i - 1] in labels and (
+            _NEXT_HEADING_RE.match(sentences[i - 1]) or _OPEN_RE.search(sentences[i - 1].rstrip("?"))))][-2:]
     size = sum(len(x) + 1 for x in [*sentences[:head], *rest])
     while head < len(sentences) and sentences[head] not in rest and size + len(sentences[head]) + 1 <= fill:
         size += len(sentences[head]) + 1
         head += 1
-    # A heading ("Validation Complete") ends where the next sentence starts; so does the text.
-    text = " ".join(x if x[-1] in ".!?:;…" else x + "." for x in [*sentences[:head], *rest])
+    while head > least and sentences[head - 1] in labels:
+        head -= 1
+    # A heading ("Validation Complete") ends where the next sentence starts; so does the text. One
+    # after the first sentence leads into the one under it: read again, the two stay together.
+    kept = [*sentences[:head], *rest]
+    text = " ".join(x if x[-1] in ".!?:;…" else x + (" —" if 0 < i < len(kept) - 1 and x in labels and
+                                                      kept[i + 1] not in labels else ".")
+                    for i, x in enumerate(kept))
     return text[:-1] + "." if text.endswith(":") else text
 
 
@@ -8422,8 +8440,9 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
             else thread["title"]
         line = tr("ctx_current", lang, title=title_shown(title, 80, stale, lang),
                   age=age_ago(now - ts_of(thread, "last_active"), lang))
-        if last:
-            line += " " + tr("ctx_last", lang, text=conclusion_of(last["text"]))
+        said = conclusion_of(last["text"]) if last else ""
+        if said and not _PLAN_RE.match(said):  # only what it was about to do is no conclusion (the briefing's rule)
+            line += " " + tr("ctx_last", lang, text=said)
         head += "\n" + cut_text(line, budget // 8)
     tail = []
     rules_line = render_rules(rules, qterms, int(budget * RULES_SHARE), lang)

@@ -587,6 +587,12 @@ def test_the_current_work_line_says_what_the_last_answer_concluded(project):
     mem.flush()
     current = next(x for x in mem.context("go on", session="s1")["text"].splitlines() if x.startswith("Current work"))
     assert current.endswith("Last: Agent Commit Complete. Both agents were merged into main. Next: delete the worktrees.")
+    # An answer that only says what it is about to do concludes nothing: no "Last:", as in the briefing.
+    mem.store.inbox_append(ais.prepare_capture("Let me create a summary of all the changes.", "assistant",
+                                               session_id="s1"))
+    mem.flush()
+    current = next(x for x in mem.context("go on", session="s1")["text"].splitlines() if x.startswith("Current work"))
+    assert "Last:" not in current, current
 
 
 def test_the_briefing_after_a_gap_says_where_the_work_stopped(project):
@@ -1306,6 +1312,13 @@ def test_a_conclusion_skips_cheers_and_announcements():
     text = "Perfect! Let me create a summary of the completed work.\n\n## ✅ Checkout fixed\nThe cart survives a reload."
     assert ais.conclusion_of(text) == "Checkout fixed. The cart survives a reload."
     assert ais.conclusion_of("Let me check.") == "Let me check."  # nothing else to say
+    # Nor one after what was done: "Let me commit" is no part of it.
+    assert ais.conclusion_of("All tests pass. Let me commit and push this final fix.") == "All tests pass."
+    # "Changes are in place." says something: no lead-in to a list as "Changes:" is.
+    fixed = ("Changes are in place. Let me create a summary of all the changes:\n\n## Summary of Fixes\n\n"
+             "### Issue 1: FEN recognition\n- Opus 4.5 is the default model")
+    assert ais.conclusion_of(fixed) == \
+        "Changes are in place. Issue 1: FEN recognition — Opus 4.5 is the default model."
     # Agreeing with the user or apologising says what the user said, not what was done.
     assert ais.conclusion_of("You're absolutely right! I apologize for the confusion. Column B stays PROVIDER_TYPE.") \
         == "Column B stays PROVIDER_TYPE."
@@ -1336,13 +1349,38 @@ def test_a_conclusion_skips_cheers_and_announcements():
 def test_a_conclusion_skips_the_lead_in_to_its_list():
     text = ("All three agents are done. Here's the full summary:\n\n---\n\n## What was done\n\n"
             "### Audio Refactor (expo-av → expo-audio)\n- `useAudioPlayer.ts` rewritten with expo-audio")
-    assert ais.conclusion_of(text) == "All three agents are done. Audio Refactor (expo-av → expo-audio)."
+    assert ais.conclusion_of(text) == \
+        "All three agents are done. Audio Refactor (expo-av → expo-audio) — " \
+        "`useAudioPlayer.ts` rewritten with expo-audio."
     assert ais.conclusion_of("Voici le résumé :\n- L'export est en streaming.") == "L'export est en streaming."
     assert ais.conclusion_of("Resumen de cambios:\n- La exportación ahora usa streaming.") == \
         "La exportación ahora usa streaming."
     # A colon followed by what was done is the conclusion itself; a lead-in alone stays.
     assert ais.conclusion_of("Summary: the export streams now.") == "Summary: the export streams now."
     assert ais.conclusion_of("Here's the summary:") == "Here's the summary."
+
+
+def test_a_conclusion_never_ends_on_a_heading():
+    """A heading that states nothing names the section under it: what the section says is the
+    conclusion; under a heading of what is next, its first line is the next step."""
+    text = ("Updated the fix plan. Here's a summary of the findings:\n\n## Root Cause Analysis\n\n"
+            "The build uses the wrong BTstack fork.\n\n## Files Created\n- docs/fix.md")
+    said = "Updated the fix plan. Root Cause Analysis — The build uses the wrong BTstack fork."
+    assert ais.conclusion_of(text) == said
+    # The briefing reads the conclusion kept at the end of the turn again: the heading stays with its sentence.
+    assert ais.conclusion_of(ais.conclusion_of(text, ais.LAST_CONCLUSION_CHARS)) == said
+    unrelated = "**No** - This is unrelated to the Bun migration.\n\n## Evidence\n\n### What We Changed\n- scripts"
+    assert ais.conclusion_of(unrelated, 60) == "No - This is unrelated to the Bun migration."
+    asked = "BatchData enriches the entities with contacts.\n\n## What is BatchData?\nA skip-trace API."
+    assert ais.conclusion_of(asked) == "BatchData enriches the entities with contacts."
+    for heading, step in (("Next Steps", "Add a progress bar"), ("Remaining work", "Add a progress bar"),
+                          ("Prochaines étapes", "Ajouter une barre de progression"),
+                          ("Próximos pasos", "Añadir una barra de progreso")):
+        text = f"The export streams its rows now, tested on a 1 GB file.\n\n## {heading}\n1. {step}\n2. Ship it"
+        assert ais.conclusion_of(text) == f"The export streams its rows now, tested on a 1 GB file. {step}."
+    # A heading that states something stays a conclusion of its own.
+    assert ais.conclusion_of("## ✅ Work Order 25 Complete!\n\nThe roster API is live.") == \
+        "Work Order 25 Complete! The roster API is live."
 
 
 def test_a_conclusion_reads_through_list_numbers_and_tables():
@@ -1477,13 +1515,13 @@ def test_a_briefing_with_room_to_spare_says_more_of_the_last_conclusion():
               "Next: wire stage 2 into the monthly run.")
     lines = ais.where_work_stopped(hot, {}, [], {"last_conclusion": ais.conclusion_of(answer, ais.LAST_CONCLUSION_CHARS)},
                                    now, "en", 400)
-    assert lines[1] == ("Last: All set. Stage 1: entity lookup. Input: the owners sheet. Selenium searches each company on "
-                        "the registry and keeps the principals. Stage 2: contacts. The principals go to the skip-trace "
-                        "API for phones and emails. Next: wire stage 2 into the monthly run.")
+    assert lines[1] == ("Last: All set. Stage 1: entity lookup — Input: the owners sheet. Selenium searches each "
+                        "company on the registry and keeps the principals. Stage 2: contacts — The principals go to "
+                        "the skip-trace API for phones and emails. Next: wire stage 2 into the monthly run.")
     # Without room to spare, the line is the conclusion's start and what is next.
     short = ais.where_work_stopped(hot, {}, [], {"last_conclusion": ais.conclusion_of(answer, ais.LAST_CONCLUSION_CHARS)},
                                    now, "en", 150)
-    assert short[1] == "Last: All set. Stage 1: entity lookup. Input: the owners sheet. Next: wire stage 2 into…"
+    assert short[1] == "Last: All set. Stage 1: entity lookup — Input: the owners sheet. Next: wire stage 2 into…"
     assert sum(len(x) + 1 for x in short) <= 150
 
 
