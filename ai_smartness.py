@@ -513,6 +513,8 @@ BRIEF_TOPICS, BRIEF_TOPICS_KEPT = 6, 3
 CONCLUSION_HEAD_CHARS = 40
 # Words of a sentence at most that only leads into a list ("Here's the full summary:").
 LEADIN_WORDS = 8
+# Words at most of a line that names what follows it, as a heading does ("**Key Findings:**").
+LABEL_WORDS = 3
 # Characters kept of the last answer's conclusion for the briefing (more than a line: a briefing
 # with room to spare says more of it).
 LAST_CONCLUSION_CHARS = 400
@@ -2065,7 +2067,8 @@ bad fix fixed fixing add added change changed update updated run running ran che
 help something anything everything issue problem question answer think know believe going want really
 still just well much many some time today yesterday tomorrow line lines read wrote write edit
 edited result results output error errors value values test tests data text content message
-fichier code chose faire voir besoin archivo cosa hacer ver necesito
+keep keeps project
+fichier code chose faire voir besoin projet archivo cosa hacer ver necesito proyecto
 """.split())
 # Keywords, built-ins, markup and style properties of the common languages: code read or written
 # names no topic.
@@ -3773,11 +3776,20 @@ def conclusion_of(text, fill=0):
     sentences = [x for x in sentences if not leads_in(x)] or sentences
     if not sentences:
         return ""
-    # A markdown heading that states nothing ("## Root Cause Analysis", "## What is BatchData?")
+    # A markdown heading that states nothing ("## Root Cause Analysis", "## What is BatchData?"),
+    # or a short line into a list ("Key Findings:", a sentence ending in a colon ends its line),
     # names what follows it: past the first sentence (the answer's title), the conclusion never
     # ends on one nor takes one for what is open; under "## Next Steps", the first line says what is next.
-    labels = {x for x in sentences_of("\n".join(_HEADING_RE.findall(text))) if x[-1] not in ".!…"} \
+    headings = {x for x in sentences_of("\n".join(_HEADING_RE.findall(text))) if x[-1] not in ".!…"} \
         if "#" in text else set()
+    labels = headings | {x for x in sentences[1:] if x.endswith(":") and len(x.split()) <= LABEL_WORDS}
+    # A label right above another names what is not there (a table, code), unless a heading is
+    # above a label of its section ("Issue 1 — Fixed by: …").
+    below = sentences[-1:]
+    for x in reversed(sentences[1:-1]):
+        if not (x in labels and below[-1] in labels and (x not in headings or below[-1] in headings)):
+            below.append(x)
+    sentences = sentences[:1] + below[::-1] if len(sentences) > 1 else sentences
     head = 1
     while head < len(sentences) and (sum(map(len, sentences[:head])) < CONCLUSION_HEAD_CHARS
                                      or head > 1 and sentences[head - 1] in labels):
@@ -3795,8 +3807,7 @@ def conclusion_of(text, fill=0):
     # A heading ("Validation Complete") ends where the next sentence starts; so does the text. One
     # after the first sentence leads into the one under it: read again, the two stay together.
     kept = [*sentences[:head], *rest]
-    text = " ".join(x if x[-1] in ".!?:;…" else x + (" —" if 0 < i < len(kept) - 1 and x in labels and
-                                                      kept[i + 1] not in labels else ".")
+    text = " ".join(x if x[-1] in ".!?:;…" else x + (" —" if 0 < i < len(kept) - 1 and x in labels else ".")
                     for i, x in enumerate(kept))
     return text[:-1] + "." if text.endswith(":") else text
 

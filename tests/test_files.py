@@ -1383,6 +1383,26 @@ def test_a_conclusion_never_ends_on_a_heading():
         "Work Order 25 Complete! The roster API is live."
 
 
+def test_a_short_line_into_a_list_is_a_label_and_a_run_of_labels_keeps_the_last():
+    """"**Evidence:**" names the lines under it as a heading does: never the last word of a
+    conclusion. Of labels one above the other, the upper ones name what was a table or code."""
+    unrelated = "**No** - This is unrelated to the Bun migration.\n\n**Evidence:**\n- `bun.lock` predates it"
+    assert ais.conclusion_of(unrelated, 60) == "No - This is unrelated to the Bun migration."
+    assert ais.conclusion_of(unrelated, 200) == \
+        "No - This is unrelated to the Bun migration. Evidence: `bun.lock` predates it."
+    resolved = ("## ✅ ISSUE RESOLVED!\n\n### Deep Investigation Results\n\n**Diagnostic Output:**\n```\nGOOD\n```\n\n"
+                "### Root Cause Timeline\n\n1. **Primary Issue**: `--bun` flag caused incompatible sourcemaps")
+    said = "ISSUE RESOLVED! Root Cause Timeline — Primary Issue: `--bun` flag caused incompatible sourcemaps."
+    assert ais.conclusion_of(resolved) == said
+    assert ais.conclusion_of(ais.conclusion_of(resolved, ais.LAST_CONCLUSION_CHARS)) == said
+    # A heading over a label of its section keeps it: the label says what the section is.
+    fixed = "Changes are in place.\n\n### Issue 1: Vision accuracy\n**Fixed by:**\n- Added Opus as a model option"
+    assert ais.conclusion_of(fixed) == \
+        "Changes are in place. Issue 1: Vision accuracy — Fixed by: Added Opus as a model option."
+    assert ais.conclusion_of("The bundles are built.\n\n**Next:**\n- Deploy to the CDN\n- Tell QA") == \
+        "The bundles are built. Next: Deploy to the CDN."
+
+
 def test_a_conclusion_reads_through_list_numbers_and_tables():
     text = ("## The timeout error is likely caused by:\n\n1. **Large Excel files** - saving 4-7 MB with "
             "openpyxl takes long\n2. **A cloud drive** - writes time out")

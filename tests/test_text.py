@@ -196,6 +196,11 @@ def test_topics_have_no_role_prefix_and_no_generic_words():
     assert "message" not in ex["topics"] and "postgres" in ex["topics"] and "alembic" in ex["topics"]
     generic = ai.EXTRACTOR.extract("User: I need to fix the file and update the code, the function has an error")
     assert not set(generic["topics"]) & (ai.GENERIC_WORDS | ai.STOPWORDS | {"user"})
+    # Nor does the project itself: all the work is in it (en, fr, es).
+    for said in ("Keep the project's audio player in sync", "Le lecteur audio du projet",
+                 "El reproductor de audio del proyecto"):
+        topics = ai.EXTRACTOR.topics(said, said=True)
+        assert "audio" in topics and not {"keep", "project", "projet", "proyecto"} & set(topics)
 
 
 def test_a_prompts_slash_commands_and_unmarked_contractions_are_no_topics():
