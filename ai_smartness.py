@@ -3686,6 +3686,20 @@ def table_rows(text):
     return "\n".join([text, *moved]) if moved else text
 
 
+# Where a sentence or line ends, past inline code (the `?` of "`isHovered ? a : b`" ends nothing).
+_SENTENCE_SPLIT_RE = LazyRe(r"`[^`\n]+`|(?<=[.!?])\s+|\n+")
+
+
+def split_sentences(text):
+    """`text` cut where a sentence or a line ends, never inside inline code."""
+    out, start = [], 0
+    for m in _SENTENCE_SPLIT_RE.finditer(text):
+        if m.group()[0] != "`":
+            out.append(text[start:m.start()])
+            start = m.end()
+    return out + [text[start:]]
+
+
 def sentences_of(text):
     """An answer's sentences and lines, without its code blocks (unless it opens with one: a
     command's output shown as the answer) and the marks and emoji around them, nor the
@@ -3694,7 +3708,7 @@ def sentences_of(text):
     text = text or ""
     text = _NUMBERED_RE.sub("", table_rows(text) if "|" in text else text)
     text = text.replace("```", "\n") if text.lstrip().startswith("```") else _FENCED_RE.sub("\n", text)
-    out = (_EDGES_RE.sub("", x.replace("**", "")) for x in re.split(r"(?<=[.!?])\s+|\n+", text))
+    out = (_EDGES_RE.sub("", x.replace("**", "")) for x in split_sentences(text))
     # A rule of box-drawing characters around a word ("`★ Insight ─────`") is decoration.
     out = [x for x in out if x and 3 * sum(map(str.isalnum, x)) >= len(x)]
     return [said_from(said_from(x, _AGREE_RE), _SUCCESS_RE) for x in out]
@@ -8328,9 +8342,7 @@ class Memory(MemoryWriter):
         if thread is None:
             return None
         last = next((m for m in reversed(thread["messages"]) if m.get("source") == "assistant"), None)
-        task = next((m for m in reversed(thread["messages"]) if m.get("source") == "prompt"
-                     and m["id"] not in skip and len(m["text"]) >= TASK_MIN_CHARS), None)
-        return thread, last, task
+        return thread, last, latest_task(thread, skip)
 
     def related_threads(self, thread_ids, exclude=(), now=None):
         now = now or self.clock()
@@ -8428,6 +8440,25 @@ def item_line(msg, lang, text=None, when=False, dated=True):
     return line
 
 
+def latest_task(thread, skip=()):
+    """A work-stream's newest prompt that set a task, or None. "continue" sets none (TASK_MIN_CHARS),
+    nor a follow-up that names no work of its own, two topics ("what do you suggest?", "Continue
+    with option 1"): the work goes on with the task before it."""
+    return next((m for m in reversed(thread.get("messages", ())) if m.get("source") == "prompt"
+                 and m.get("id") not in skip and len(m.get("text", "")) >= TASK_MIN_CHARS
+                 and len(HeuristicExtractor.topics(HeuristicExtractor.body(m["text"])[:TITLE_TOPIC_CHARS],
+                                                   limit=2, said=True)) == 2), None)
+
+
+def task_title(thread, task):
+    """What a work-stream is on: the title of the `task` asked last (latest_task). A thread that
+    took one task after another ("do work order 25", then 40) is on the last one, not on the one
+    that started it."""
+    if task and not repeats(task["text"], thread["title"]):
+        return EXTRACTOR.title(EXTRACTOR.body(task["text"]), "prompt", None)
+    return thread["title"]
+
+
 def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, lang, guardcode, files=(),
                    current=None):
     """The text injected with a prompt, within `budget` characters: a header, the `files` in
@@ -8444,12 +8475,7 @@ def render_context(hits, threads, msgs, related_of, rules, budget, qterms, now, 
             for path, st in files)), budget // 5)
     if current:
         thread, last, task = current
-        # The task asked last: a thread that took one task after another ("do work order 25",
-        # then 40) is on the last one, not on the one that started it.
-        title = EXTRACTOR.title(EXTRACTOR.body(task["text"]), "prompt", None) \
-            if task and not repeats(task["text"], thread["title"]) \
-            else thread["title"]
-        line = tr("ctx_current", lang, title=title_shown(title, 80, stale, lang),
+        line = tr("ctx_current", lang, title=title_shown(task_title(thread, task), 80, stale, lang),
                   age=age_ago(now - ts_of(thread, "last_active"), lang))
         said = conclusion_of(last["text"]) if last else ""
         if said and not _PLAN_RE.match(said):  # only what it was about to do is no conclusion (the briefing's rule)
@@ -10242,8 +10268,12 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room, stale=()):
         (m["text"] for m in reversed(hot.get("messages", [])) if m.get("source") == "assistant"), "")
     last = conclusion_of(said)
     last = "" if _PLAN_RE.match(last) else last  # only what it was about to do: no conclusion
-    title = shorten(hot["title"], BRIEF_TITLE_CHARS)
-    where = tr("brief_hot", lang, title=title_shown(hot["title"], BRIEF_TITLE_CHARS, stale, lang, shorten),
+    # The work stopped on the last task the stream was given, not on the prompt that opened it
+    # days before ("npx expo-doctor", then "refactor to expo-audio"): as the injection says.
+    asked = latest_task(hot)
+    named_as = task_title(hot, asked)
+    title = shorten(named_as, BRIEF_TITLE_CHARS)
+    where = tr("brief_hot", lang, title=title_shown(named_as, BRIEF_TITLE_CHARS, stale, lang, shorten),
                age=age_ago(now - ts_of(hot, "last_active"), lang))
     cap = min(BRIEF_WHERE_CHARS, budget - 1)
     tasks = "; ".join(open_tasks(hb))
@@ -10263,8 +10293,9 @@ def where_work_stopped(hot, digest, in_play, hb, now, lang, room, stale=()):
         where += " " + tr("brief_topics", lang, topics=topics)
     task = hb.get("last_task") or ""
     room_task = min(BRIEF_TASK_CHARS, fill - len(where) - len(tr("brief_task", lang, text="")) - 1)
-    # A task cut to a few words says nothing.
-    if task and not repeats(task, hot["title"]) and room_task >= BRIEF_MIN_LINE:
+    # A task cut to a few words says nothing; one of the stream's own prompts is said above or went on with it.
+    prompts = [hot["title"]] + [m.get("text", "") for m in hot.get("messages", ()) if m.get("source") == "prompt"]
+    if task and not any(repeats(task, x) for x in prompts) and room_task >= BRIEF_MIN_LINE:
         where += " " + tr("brief_task", lang, text=title_shown(task, room_task, stale, lang, shorten).rstrip(".!?"))
     lines.append(shorten(where, cap))
     named = paths(files, tr("brief_files", lang, files=""))
@@ -10810,7 +10841,7 @@ def build_synthesis(texts, threads, now, trigger=None, instructions=None, sessio
     and the memory digest (pure)."""
     decisions, questions = [], []
     for role, text in texts:
-        for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
+        for sentence in split_sentences(text):
             sentence = sentence.strip(" -*#")
             if not SYNTHESIS_SENTENCE_CHARS[0] <= len(sentence) <= SYNTHESIS_SENTENCE_CHARS[1]:
                 continue

@@ -1193,6 +1193,28 @@ def test_the_briefing_lines_name_the_task_conclusion_files_resolved_and_other_wo
     assert ais.where_work_stopped(hot, digest, [], hb, now, "en", 400)[-1] == "- can you fix the login form (validation)"
 
 
+def test_the_briefing_names_the_last_task_its_stream_was_given():
+    now = 1_800_000_000
+    at, before = ais.iso(now - 3600), ais.iso(now - 3 * 86400)
+    hot = {"id": "t1", "title": "npx expo-doctor", "last_active": at, "topics": ["expo-audio", "bgm"],
+           "messages": [{"id": "m1", "ts": before, "source": "prompt", "text": "npx expo-doctor"},
+                        {"id": "m2", "ts": at, "source": "prompt",
+                         "text": "Lets get a team of agents refactoring to expo-audio instead"},
+                        {"id": "m3", "ts": at, "source": "assistant", "text": "The audio hook now uses expo-audio."}]}
+    hb = {"last_task": "Lets get a team of agents refactoring to expo-audio instead"}
+    where = 'Where the work stopped: "get a team of agents refactoring to…" (1 h ago). Topics: expo-audio, bgm.'
+    assert ais.where_work_stopped(hot, {}, [], hb, now, "en", 400)[0] == where
+    # "continue" sets no task, nor a follow-up that names no work; a pasted shell prompt is no part of one.
+    hot["messages"].append({"id": "m4", "ts": at, "source": "prompt", "text": "continue"})
+    hot["messages"].append({"id": "m6", "ts": at, "source": "prompt", "text": "what do you suggest?"})
+    assert ais.where_work_stopped(hot, {}, [], hb, now, "en", 400)[0] == where
+    hot["messages"].append({"id": "m5", "ts": at, "source": "prompt", "text": "dev@mbp ~ % npm run ios\nBuild failed"})
+    assert ais.where_work_stopped(hot, {}, [], hb, now, "en", 400)[0].startswith('Where the work stopped: "npm run ios')
+    # The prompt that opened the stream is its title.
+    hot["messages"] = hot["messages"][:1]
+    assert ais.where_work_stopped(hot, {}, [], {}, now, "en", 400)[0].startswith('Where the work stopped: "npx expo-doctor"')
+
+
 def test_the_briefing_keeps_room_for_the_other_work_and_cuts_no_path():
     now = 1_800_000_000
     at = ais.iso(now - 3600)
@@ -1427,6 +1449,13 @@ def test_a_conclusion_reads_through_list_numbers_and_tables():
     assert ais.conclusion_of(insight) == "Fix complete. Three changes made: The root cause was the prompt."
     shown = "```\n✓ YAML parsed successfully\n  Complexity: simple\n```\nPreview (first 20 lines):\n---\n# Prompt"
     assert ais.conclusion_of(shown) == "YAML parsed successfully. Complexity: simple."
+    # A sentence goes on through its inline code: "?" and ". " there end nothing.
+    coded = ("Fixed: the card now uses `animate={isHovered ? 'hover' : 'rest'}` so the hover state stays in sync. "
+             "The old `useAnimation()` controls are gone. Next: check it on mobile.")
+    assert ais.conclusion_of(coded) == ("Fixed: the card now uses `animate={isHovered ? 'hover' : 'rest'}` so the hover "
+                                        "state stays in sync. Next: check it on mobile.")
+    assert ais.resolution_of(coded).endswith("stays in sync.")  # no question: it says what was fixed
+    assert ais.split_sentences("Run `make ok? x`. Then?\nDone") == ["Run `make ok? x`.", "Then?", "Done"]
 
 
 def test_the_briefing_names_the_last_task_before_any_thread_is_stored(project):
