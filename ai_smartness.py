@@ -1856,9 +1856,11 @@ _MARKUP_RE = LazyRe(
 _TASK_NOTE_RE = LazyRe(r"<task-notification>(?:[^<]|<(?!summary>|task-notification>))*<summary>([^<]*)</summary>"
                        r"(?:[^<]|<(?!/?task-notification>))*</task-notification>")
 # A prompt that is nothing but such notifications, each maybe with a subagent's <result> and the
-# line after it pointing at the output file, is the client's news of the work, not the user's words.
+# line after it pointing at the output file (a subagent's: its transcript), is the client's news of
+# the work, not the user's words.
 _TASK_BLOCK_RE = LazyRe(r"<task-notification>((?:[^<]|<(?!/?task-notification>))*)</task-notification>"
-                        r"(?:\s*Read the output file to retrieve the result(?::[^\n]*)?)?")
+                        r"(?:\s*(?:Read the output file to retrieve the result|Full transcript available at)"
+                        r"(?::[^\n]*)?)?")
 _TASK_SUMMARY_RE = LazyRe(r"<summary>([^<]*)</summary>")
 _TASK_RESULT_RE = LazyRe(r"<result>((?:[^<]|<(?!/result>))*)(?:</result>|\Z)")
 # What Claude Code writes as the assistant's message when the turn failed ("API Error: 529 …",
@@ -6515,6 +6517,11 @@ _CLINE_RESULT_RE = LazyRe(r"^\s*\[[\w-]+(?: for [^\]]*)?\] Result:")
 _HOOK_FEEDBACK_RE = LazyRe(r"Stop hook feedback:\s|\w+ operation feedback:\n- \[")
 
 
+def hook_feedback(text):
+    """Whether a user message is a hook's feedback (_HOOK_FEEDBACK_RE): no prompt of the user's."""
+    return bool(_HOOK_FEEDBACK_RE.match(text.lstrip()))
+
+
 def import_text(value):
     """The user-visible text of a content value (a string, or a list of parts with "text"),
     without the context a product injected into it (ours, Codex's or Cline's): what a
@@ -6553,7 +6560,7 @@ class _Turns:
         Stop hook's feedback, which is no prompt of the user's: the turn goes on, and the answer
         the hook stopped was a Stop's, as live."""
         text = import_text(text)
-        if not text or _HOOK_FEEDBACK_RE.match(text):
+        if not text or hook_feedback(text):
             self.stats["skipped"] += 1
             return self.flush() if text else []
         out = self.flush()
@@ -10442,7 +10449,10 @@ def journal_prompt(store, payload):
 
 def prompt_entry(payload, data_dir):
     """The journal entry of the payload's prompt: a background command's notification is that
-    command's run (command_notice), a subagent's its result (prepare_capture)."""
+    command's run (command_notice), a subagent's its result (prepare_capture); None for a hook's
+    feedback."""
+    if hook_feedback(payload["prompt"]):
+        return None  # a hook's word to the agent, should a client send it as a prompt: not the user's (as imported)
     sid, run = payload.get("session_id"), command_notice(payload, data_dir)
     if run:
         return prepare_capture(run["text"], run["source"], session_id=sid, origin=run["origin"],
@@ -10587,7 +10597,8 @@ def hook_inject(store, payload, mem):
     said = strip_markup(strip_project(prompt, os.path.dirname(store.dir)))
     said = _ATTACHED_RE.sub("", said).strip() or said
     task = {"last_task": cut_redacted(" ".join(said.split()), FIELD_CHARS)} \
-        if not is_noise(prompt, min_chars=TASK_MIN_CHARS) and not task_notice(prompt) else {}
+        if not is_noise(prompt, min_chars=TASK_MIN_CHARS) and not task_notice(prompt) \
+        and not hook_feedback(prompt) else {}
     # The session whose turn answers a greeting: its Stop keeps no answer (hook_stop).
     if is_greeting(said):
         task["greeted"] = session

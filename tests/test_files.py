@@ -662,6 +662,15 @@ def test_a_background_tasks_notification_is_news_of_the_work_not_the_users_task(
     assert hook("inject", turn(prompt_payload(notice, "s1", project), 2), project).returncode == 0
     hook("stop", turn(stop_payload("That was the old backend I killed earlier (137 = killed).", session="s1",
                                    project=project), 2), project)
+    # A subagent's, with the line newer clients add after it; a hook's feedback (Claude Code 1.0 wrote
+    # it as a user record): neither is a task of the user's.
+    agent = ('<task-notification>\n<task-id>a58545f</task-id>\n<status>completed</status>\n<summary>Agent "Port the '
+             'dashboard charts to recharts" completed</summary>\n<result>Replaced the chart components in '
+             'src/Dashboard.tsx with recharts ones.</result>\n</task-notification>\nFull transcript available at: '
+             '/private/tmp/claude-503/-Users-x-dashboard/tasks/a58545f.output')
+    feedback = "Stop hook feedback:\n- [uv run .claude/hooks/stop.py --chat]: error: Failed to spawn: `.claude/hooks/stop.py`"
+    for n, said in ((3, agent), (4, feedback)):
+        assert hook("inject", turn(prompt_payload(said, "s1", project), n), project).returncode == 0
     mem = ais.open_memory(p)
     mem.flush()
     assert len(mem.threads) == 1, [t["title"] for t in mem.threads.values()]
@@ -669,6 +678,9 @@ def test_a_background_tasks_notification_is_news_of_the_work_not_the_users_task(
     assert thread["title"].startswith("start the SDK backend")
     news = next(m for m in thread["messages"] if m["text"].startswith("Background command"))
     assert news["source"] == "tool:TaskNotification" and "b2181d1" not in news["text"]
+    report = next(m for m in thread["messages"] if m["text"].startswith("Agent "))
+    assert report["source"] == "tool:TaskNotification" and "Full transcript" not in report["text"], report
+    assert not any("hook feedback" in m["text"] for m in thread["messages"]), thread["messages"]
     assert mem.store.heartbeat()["last_task"].startswith("start the SDK backend")
     current = next(x for x in mem.context("go on", session="s1")["text"].splitlines() if x.startswith("Current work"))
     assert current.startswith('Current work: "start the SDK backend') and "Background command" not in current, current

@@ -97,6 +97,9 @@ def test_a_background_tasks_notification_is_stored_as_its_summary():
     mixed = ai.prepare_capture(raw + "\nwhy does the backend keep dying?")
     assert mixed["source"] == "prompt" and mixed["text"].startswith('Background command "Start SDK backend')
     assert ai.task_notice(raw + " ok") == "" and ai.task_notice("no notification") == ""
+    # Newer clients point at a subagent's transcript after its notification.
+    trailed = ai.prepare_capture(agent + "\nFull transcript available at: /private/tmp/claude-503/p/tasks/a58545f.output")
+    assert trailed["source"] == "tool:TaskNotification" and "Full transcript" not in trailed["text"]
     half = "<task-notification><status>x</status>"  # no summary, or never closed: left as it is
     assert ai.strip_markup(half + " <task-notification><summary>y</summary>") == half + " <task-notification><summary>y</summary>"
 
