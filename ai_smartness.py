@@ -509,6 +509,9 @@ BRIEF_OWN_FILES, DIGEST_FILES, BRIEF_TASK_CHARS, BRIEF_TITLE_CHARS, TASK_MIN_CHA
 # Topics of the last work-stream the briefing names, and of them those kept before its last
 # conclusion has the room for its first sentences.
 BRIEF_TOPICS, BRIEF_TOPICS_KEPT = 6, 3
+# A prompt's opening paragraph up to this length can be a preamble (prompt_preamble); a longer
+# one is the request itself.
+PREAMBLE_CHARS = 400
 # The start of a conclusion always kept (its first sentences up to this length).
 CONCLUSION_HEAD_CHARS = 40
 # Words of a sentence at most that only leads into a list ("Here's the full summary:").
@@ -7790,6 +7793,22 @@ class ThreadPlacement:
         return dropped
 
 
+def prompt_preamble(text):
+    """(a prompt's opening paragraph, the rest) when a blank line ends that paragraph within
+    PREAMBLE_CHARS and the rest can be a task (TASK_MIN_CHARS), else None. An opening that ends
+    with a colon introduces the rest ("the build fails with:"): never a preamble."""
+    head, sep, rest = text.strip().partition("\n\n")
+    head, rest = head.strip(), rest.strip()
+    if not sep or not head or len(head) > PREAMBLE_CHARS or head.endswith(":") or len(rest) < TASK_MIN_CHARS:
+        return None
+    return head, rest
+
+
+def opening_key(head, rest):
+    """How Preambles knows an opening paragraph and what followed it: spaces collapsed."""
+    return " ".join(head.split()), " ".join(rest.split())[:PREAMBLE_CHARS]
+
+
 class CaptureKeys(MemoryIndex):
     """The capture_key of every stored message, kept with the index: an event the hooks
     captured live and `import` read from its transcript is stored once (_drain_batch)."""
@@ -7810,7 +7829,98 @@ class CaptureKeys(MemoryIndex):
         super()._unindex_thread(tid)
 
 
-class MemoryWriter(ThreadPlacement, CaptureKeys):
+class Preambles(CaptureKeys):
+    """The opening paragraph of every stored prompt (prompt_preamble). A prompt that opens word
+    for word as an earlier one did, before another request, opens with a preamble (a dictation
+    app's banner, the routine a user pastes first): neither prompt's task, title or topic. Both
+    are stored without it, the paragraph kept in their `preamble` (_strip_preamble)."""
+
+    def _reset(self):
+        super()._reset()
+        self.openings = {}  # opening_key's paragraph -> (the first prompt's message id, opening_key's rest)
+        self.preambles = set()  # the paragraphs found to be preambles
+
+    def _add_msg(self, tid, msg, vec):
+        super()._add_msg(tid, msg, vec)
+        if msg.get("source") != "prompt":
+            return
+        kept = msg.get("preamble")
+        split = (kept, msg["text"]) if isinstance(kept, str) else prompt_preamble(msg["text"])
+        if split:
+            head, rest = opening_key(*split)
+            self.openings.setdefault(head, (msg["id"], rest))
+            if "preamble" in msg:
+                self.preambles.add(head)
+
+    def _unindex_thread(self, tid):
+        mids = {m["id"] for m in self.threads.get(tid, {}).get("messages", ())}
+        for head in [h for h, (mid, _) in self.openings.items() if mid in mids]:
+            del self.openings[head]
+        super()._unindex_thread(tid)
+
+    def _preamble(self, split, mid=None):
+        """Whether a prompt's (opening paragraph, rest) opens with a preamble: one found before,
+        or the opening of another prompt (not message `mid`) that went on with something else."""
+        head, rest = opening_key(*split)
+        first, seen = self.openings.get(head, (mid, rest))
+        return head in self.preambles or (first != mid and seen != rest)
+
+    def unprefaced(self, prompt):
+        """A prompt without its preamble: what it asks."""
+        split = prompt_preamble(prompt)
+        return split[1] if split and self._preamble(split) else prompt
+
+    def _strip_preambles(self, entries, live, touched):
+        """_strip_preamble each prompt of a drain's `entries`, oldest first (`live`: the journal
+        paths of those not stored yet)."""
+        batch = {}
+        for path, entry in entries:
+            if path in live and entry["source"] == "prompt":
+                self._strip_preamble(entry, batch, touched)
+
+    def _strip_preamble(self, entry, batch, touched):
+        """Take a journaled prompt's preamble off it, and off the first prompt that opened with
+        it (`batch`: this drain's prompts by message id, not yet stored), before either is
+        embedded or placed. The same prompt sent twice keeps its opening: it is no preamble."""
+        mid = message_id(entry["id"])
+        batch[mid] = entry
+        split = prompt_preamble(entry["text"])
+        if split is None:
+            return
+        head = opening_key(*split)[0]
+        first = self.openings.setdefault(head, (mid, opening_key(*split)[1]))[0]
+        if not self._preamble(split, mid):
+            return
+        entry["text"], entry["preamble"] = split[1], split[0]
+        if head in self.preambles:
+            return
+        self.preambles.add(head)
+        if first in batch:
+            batch[first]["preamble"], batch[first]["text"] = prompt_preamble(batch[first]["text"])
+        elif first in self.msgs:
+            self._unpreface(first, touched)
+
+    def _unpreface(self, mid, touched):
+        """A stored prompt without its preamble: its text, its lexical documents (its own and the
+        next message's, which leads with it) and the title and summary its thread took from it."""
+        msg, row = self.msgs[mid], self.rows.of[mid]
+        split = prompt_preamble(msg["text"])  # as Preambles found it: no stored text changes
+        old = EXTRACTOR.extract(msg["text"])
+        docs = [r for r in (row, self.row_next[row]) if r >= 0] if self.row_session[row] >= 0 else []
+        for r in docs:
+            self._lex_drop(r)
+        msg["preamble"], msg["text"] = split
+        for r in docs:
+            self._lex_add(r)
+        thread = self.threads[self.thread_rows.keys[self.row_thread[row]]]
+        new = EXTRACTOR.extract(msg["text"])
+        for key in ("title", "summary"):
+            if thread.get(key) == old[key]:
+                thread[key] = new[key]
+        touched.add(thread["id"])
+
+
+class MemoryWriter(ThreadPlacement, Preambles):
     """Everything that changes the store, under the db lock: the capture journal drained into
     threads (decisions, bridges, lifecycle), records saved with a new generation, the digest
     for hooks without the daemon, status changes, forgetting, re-embedding."""
@@ -7952,6 +8062,8 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
     def _drain_batch(self, entries, vectors, pause, results):
         """Apply one batch and save it; (the journal paths removed, whether `pause` ended it)."""
         live = {p for p, e in entries if e is not None and message_id(e["id"]) not in self.msgs}
+        touched_t, touched_b, done, newest = set(), set(), [], None
+        self._strip_preambles(entries, live, touched_t)
         known = dict(vectors or {})
         for p, e in entries:  # a prompt embedded as its query already
             vec = self.cached_vector(e["text"]) if p in live else None
@@ -7959,7 +8071,6 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
                 known.setdefault(e["text"], vec)
         missing = list(dict.fromkeys(e["text"] for p, e in entries if p in live and e["text"] not in known))
         known.update(zip(missing, self.embedder.embed(missing)) if missing else ())
-        touched_t, touched_b, done, newest = set(), set(), [], None
         active = self._active_ids()
         self._decision_log = []  # written once the batch is saved: a replay logs no twins
         self._lone = []  # (thread of a turn's lone prompt, its answer's thread, score): see _consolidate
@@ -8002,7 +8113,8 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
         if entry["source"] == "prompt":
             # The one place rules are found: a hook process would compile the rule grammar for
             # each prompt, and a second finder could bring back a rule removed in between.
-            self.add_rules(detect_rules(entry["text"]), now, mid)
+            said = f"{entry['preamble']}\n\n{entry['text']}" if entry.get("preamble") else entry["text"]
+            self.add_rules(detect_rules(said), now, mid)  # a preamble's rule is the user's all the same
         current = None
         if entry["source"] == "prompt" and entry.get("session"):
             current = self.session_thread(entry) or True
@@ -8024,7 +8136,7 @@ class MemoryWriter(ThreadPlacement, CaptureKeys):
             thread = self.placed_thread(decision, ext, entry["origin"], now, touched_t)
             active[thread["id"]] = None  # the newest thread is last in thread order too
         msg = {"id": mid, "ts": iso(now), "source": entry["source"], "text": entry["text"]}
-        for key in ("file", "session", "agent", "turn", "key"):
+        for key in ("file", "session", "agent", "turn", "key", "preamble"):
             if entry.get(key):
                 msg[key] = entry[key]
         if isinstance(entry.get("command"), str):
@@ -8278,6 +8390,7 @@ class Memory(MemoryWriter):
         when `reminders` (hook_inject: not with every prompt). `exclude`: message or capture
         ids left out (a prompt journaled, maybe drained, before it is answered)."""
         budget = budget or self.cfg["inject_budget"]
+        prompt = self.unprefaced(prompt)  # a banner's words would find the other prompts it opened
         skip = {message_id(i) for i in exclude}
         hits, _ = self.retrieve(prompt, limit=40, exclude=skip)
         hits = [h for h in hits if not self.msgs[h["message_id"]].get("dropped")]  # by the LLM: LLMWork

@@ -210,6 +210,50 @@ def test_a_full_threads_continuation_is_titled_by_the_task_it_goes_on_with(proje
     assert later["title_from"] == "prompt"
 
 
+def test_a_paragraph_that_opens_prompts_word_for_word_is_a_preamble_not_their_task(project):
+    """A dictation app's banner (or a routine pasted first) before each request is no task: once a
+    second prompt opens with it, both are stored without it, the first one's thread is retitled,
+    a rule in it is still the user's, and the next prompt's query leaves it out. The same prompt
+    sent twice, or an opening that introduces what follows, is kept whole."""
+    banner = "Your trial has expired. Upgrade to VoiceInk Pro at tryvoiceink.com/buy"
+    mem = ais.open_memory(str(project))
+    mem.capture(f"{banner}\n\nFix the login redirect on the admin dashboard, it loops back to /login",
+                session_id="s1")
+    first = next(iter(mem.threads.values()))
+    assert first["title"] == "Your trial has expired."
+    for text in (f"{banner}\n\nAdd the CSV export button to the players page",  # one drain: a batch
+                 "Always use pnpm in this repo.\n\nWrite the players API pagination tests",
+                 "Always use pnpm in this repo.\n\nBump the eslint config to the flat format"):
+        mem.store.inbox_append(ais.prepare_capture(text, session_id="s1"))
+    mem.drain()
+    for text in ("The build fails with:\n\nerror TS2307: Cannot find module './auth'",
+                 "The build fails with:\n\nerror TS2339: Property 'id' does not exist",
+                 "Rename the players table.\n\nIt is called roster everywhere else",
+                 "Rename the players table.\n\nIt is called roster everywhere else"):
+        mem.capture(text, session_id="s1")
+    prompts = sorted((m["text"], m.get("preamble") or "") for t in mem.threads.values() for m in t["messages"]
+                     if m["source"] == "prompt")
+    assert prompts == sorted([
+        ("Fix the login redirect on the admin dashboard, it loops back to /login", banner),
+        ("Add the CSV export button to the players page", banner),
+        ("Write the players API pagination tests", "Always use pnpm in this repo."),
+        ("Bump the eslint config to the flat format", "Always use pnpm in this repo."),
+        ("The build fails with:\n\nerror TS2307: Cannot find module './auth'", ""),
+        ("The build fails with:\n\nerror TS2339: Property 'id' does not exist", ""),
+        ("Rename the players table.\n\nIt is called roster everywhere else", ""),
+        ("Rename the players table.\n\nIt is called roster everywhere else", "")])
+    assert mem.threads[first["id"]]["title"].startswith("Fix the login redirect")
+    assert [r["text"] for r in mem.store.rules()] == ["Always use pnpm in this repo"]
+    again = ais.open_memory(str(project))
+    again.capture(f"{banner}\n\nShow the roster count on the dashboard header", session_id="s1")
+    assert any(m["text"] == "Show the roster count on the dashboard header" and m["preamble"] == banner
+               for t in again.threads.values() for m in t["messages"])
+    assert again.unprefaced(f"{banner}\n\nwhat was wrong with the redirect loop?") == \
+        "what was wrong with the redirect loop?"
+    context = again.context(f"{banner}\n\nwhat was wrong with the redirect loop?", session="s1")["text"]
+    assert banner not in context and "Upgrade" not in context
+
+
 def test_daemon_reload_sees_changes_made_by_another_process(project):
     reader, _ = fill(project)
     writer = ais.open_memory(str(project))
