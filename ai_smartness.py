@@ -1821,6 +1821,10 @@ _LOG_LEAD_RE = LazyRe(r"^[ \t]*(?:(?:\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d)?(?
                       r"|\[?\d{1,2}:\d\d:\d\d(?:[.,]\d+)?\]?|[VDIWEF]/[\w.$-]{1,64}[ \t]*\([ \t]*\d+\):"
                       r"|\[[A-Z]{3,8}(?::[^\]\n]{0,200})?\]|(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL):)[ \t]*)+")
 _LOG_ERROR_RE = LazyRe(r"(?:error|exception)s?\b|\b(?:failed|failure|fatal|panic|traceback)\b", re.I)
+# A compiler's or a build tool's diagnostic (`main.c:3:5: warning: …`, `app.ts(4,2): error TS2307: …`,
+# `error[E0382]: …`, xcodebuild's `note: …`): group 1 is its level.
+_DIAGNOSTIC_RE = LazyRe(r"[ \t]*(?:[^\s:()]+(?::\d+){1,2}:[ \t]*|[^\s:()]+\(\d+,\d+\):[ \t]*)?"
+                        r"(fatal error|error|warning|note)(?:\[\w+\]|[ \t]+[A-Z]+\d+)?:[ \t]")
 # The words a request opens with before it says what it asks ("ok so can you please", "I want you
 # to", "let's", "peux-tu", "¿puedes"): a title cut short shows the request instead (title_shown).
 _REQUEST_LEAD_RE = LazyRe(r"^(?:(?:ok(?:ay)?|so|well|now|alright|hey|hi|yes|bon|alors|vale|bueno|pues|hola)\b[,.!]?\s+"
@@ -2671,7 +2675,15 @@ def pasted_error(text, unless_led=False):
 
 def log_error_line(text):
     """The first error line of `text` without its time or level when `text` opens with log lines
-    (a time, Android's `E/flutter (15059):`, `[ERROR:…]`, `LEVEL:`; else the first line), or ""."""
+    (a time, Android's `E/flutter (15059):`, `[ERROR:…]`, `LEVEL:`; else the first line), or "".
+    A build's output that opens with diagnostics (_DIAGNOSTIC_RE, two or more: one is a sentence
+    of the user's, "note: …") is about its first error, else its first failure, not its warnings."""
+    if _DIAGNOSTIC_RE.match(text):
+        lines = text.split("\n", TITLE_LOG_LINES)[:TITLE_LOG_LINES]
+        levels = [(m.group(1), x) for x, m in zip(lines, map(_DIAGNOSTIC_RE.match, lines)) if m]
+        if len(levels) > 1:
+            return next((x for level, x in levels if level not in ("warning", "note")), "") \
+                or next((x for x in lines if _LOG_ERROR_RE.search(x)), lines[0])
     if text[:1] not in "0123456789[VDIWEF \t" or not _LOG_LEAD_RE.match(text):
         return ""
     lines = text.split("\n", TITLE_LOG_LINES)[:TITLE_LOG_LINES]

@@ -303,6 +303,20 @@ def test_topics_are_concepts_and_titles_say_what_the_work_is():
                                  "prompt")["title"] == "TypeError: x is undefined"
     assert ais.EXTRACTOR.extract("ERROR handling in the parser is wrong", "prompt")["title"] == \
         "ERROR handling in the parser is wrong"  # a word of the request, not a log's level
+    # A build's output is about its first error, not the warnings before it; a note of the user's stays.
+    for build, title in (("warning: Run script build phase '[CP-User] [Hermes] Replace Hermes' will be run during "
+                          "every build\nnote: Run script build phase '[CP-User] Generate app.config' will be run\n"
+                          "** BUILD FAILED **\n\nThe following build commands failed:\n        CompileAssetCatalog\n"
+                          "error: script \"ios\" exited with code 1", 'error: script "ios" exited with code 1'),
+                         ("src/app.ts(4,2): warning TS6133: 'x' is declared but its value is never read.\n"
+                          "src/app.ts(9,1): error TS2307: Cannot find module './auth'.",
+                          "src/app.ts(9,1): error TS2307: Cannot find module './auth'."),
+                         ("warning: unused variable: `x`\n --> src/main.rs:2:9\nerror[E0382]: borrow of moved value: "
+                          "`v`\n --> src/main.rs:5:20", "error[E0382]: borrow of moved value: `v`"),
+                         ("warning: deprecated API\nwarning: slow path\n** BUILD FAILED **", "** BUILD FAILED **"),
+                         ("note: I renamed the tests. Please run them and fix the error in auth",
+                          "note: I renamed the tests.")):
+        assert ais.EXTRACTOR.extract(build, "prompt")["title"] == title, build
     # A tool's output pasted after a fragment of its banner is about its first error, not a line marked done.
     next_dev = ("/sc:troubleshoot (ress Ctrl+C to stop all services...\n\n ✓ Compiled /middleware with 0 errors\n"
                 " ⨯ [Error: `headers` was called outside a request scope. Read more: https://nextjs.org/docs]\n"
