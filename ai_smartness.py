@@ -7805,13 +7805,13 @@ class ThreadPlacement:
         return dropped
 
 
-def prompt_preamble(text):
+def prompt_preamble(text, least=TASK_MIN_CHARS):
     """(a prompt's opening paragraph, the rest) when a blank line ends that paragraph within
-    PREAMBLE_CHARS and the rest can be a task (TASK_MIN_CHARS), else None. An opening that ends
-    with a colon introduces the rest ("the build fails with:"): never a preamble."""
+    PREAMBLE_CHARS and the rest can be a task (`least` characters), else None. An opening that
+    ends with a colon introduces the rest ("the build fails with:"): never a preamble."""
     head, sep, rest = text.strip().partition("\n\n")
     head, rest = head.strip(), rest.strip()
-    if not sep or not head or len(head) > PREAMBLE_CHARS or head.endswith(":") or len(rest) < TASK_MIN_CHARS:
+    if not sep or not head or len(head) > PREAMBLE_CHARS or head.endswith(":") or len(rest) < least:
         return None
     return head, rest
 
@@ -7877,9 +7877,16 @@ class Preambles(CaptureKeys):
         first, seen = self.openings.get(head, (mid, rest))
         return head in self.preambles or (first != mid and seen != rest)
 
+    def _split(self, prompt):
+        """prompt_preamble's split of `prompt`; past a preamble found before, whatever follows
+        it ("continue"): only a new one needs a request after it to be told from a task."""
+        split = prompt_preamble(prompt, 1)
+        known = split and (len(split[1]) >= TASK_MIN_CHARS or opening_key(*split)[0] in self.preambles)
+        return split if known else None
+
     def unprefaced(self, prompt):
         """A prompt without its preamble: what it asks."""
-        split = prompt_preamble(prompt)
+        split = self._split(prompt)
         return split[1] if split and self._preamble(split) else prompt
 
     def _strip_preambles(self, entries, live, touched):
@@ -7896,7 +7903,7 @@ class Preambles(CaptureKeys):
         embedded or placed. The same prompt sent twice keeps its opening: it is no preamble."""
         mid = message_id(entry["id"])
         batch[mid] = entry
-        split = prompt_preamble(entry["text"])
+        split = self._split(entry["text"])
         if split is None:
             return
         head = opening_key(*split)[0]
@@ -7914,7 +7921,8 @@ class Preambles(CaptureKeys):
 
     def _unpreface(self, mid, touched):
         """A stored prompt without its preamble: its text, its lexical documents (its own and the
-        next message's, which leads with it) and the title and summary its thread took from it."""
+        next message's, which leads with it), its vector and its share of its thread's, and the
+        title and summary its thread took from it."""
         msg, row = self.msgs[mid], self.rows.of[mid]
         split = prompt_preamble(msg["text"])  # as Preambles found it: no stored text changes
         old = EXTRACTOR.extract(msg["text"])
@@ -7925,6 +7933,11 @@ class Preambles(CaptureKeys):
         for r in docs:
             self._lex_add(r)
         thread = self.threads[self.thread_rows.keys[self.row_thread[row]]]
+        gone, vec = self.mvec.get(mid), self.embedder.embed([msg["text"]])[0]
+        self.mvec[mid] = vec
+        centroid, n = self.tvec.get(thread["id"]), len(thread["messages"])
+        if centroid is not None and gone is not None:  # its preamble no longer draws prompts to it
+            self.tvec[thread["id"]] = unit([c + (v - g) / n for c, v, g in zip(centroid, vec, gone)])
         new = EXTRACTOR.extract(msg["text"])
         for key in ("title", "summary"):
             if thread.get(key) == old[key]:
@@ -10719,11 +10732,12 @@ def hook_inject(store, payload, mem):
         hint = proactive_suggestion(mem.threads if mem else store.read_digest(), prompt, lang)
         if hint and len(text) + len(hint) + 1 <= cfg["inject_budget"]:
             text += "\n" + hint
-    said = strip_markup(strip_project(prompt, os.path.dirname(store.dir)))
+    asked = source.unprefaced(prompt)  # the task, not the banner before it
+    said = strip_markup(strip_project(asked, os.path.dirname(store.dir)))
     said = _ATTACHED_RE.sub("", said).strip() or said
     task = {"last_task": cut_redacted(" ".join(said.split()), FIELD_CHARS)} \
-        if not is_noise(prompt, min_chars=TASK_MIN_CHARS) and not task_notice(prompt) \
-        and not hook_feedback(prompt) else {}
+        if not is_noise(asked, min_chars=TASK_MIN_CHARS) and not task_notice(asked) \
+        and not hook_feedback(asked) else {}
     # The session whose turn answers a greeting: its Stop keeps no answer (hook_stop).
     if is_greeting(said):
         task["greeted"] = session

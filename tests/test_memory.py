@@ -212,9 +212,10 @@ def test_a_full_threads_continuation_is_titled_by_the_task_it_goes_on_with(proje
 
 def test_a_paragraph_that_opens_prompts_word_for_word_is_a_preamble_not_their_task(project):
     """A dictation app's banner (or a routine pasted first) before each request is no task: once a
-    second prompt opens with it, both are stored without it, the first one's thread is retitled,
-    a rule in it is still the user's, and the next prompt's query leaves it out. The same prompt
-    sent twice, or an opening that introduces what follows, is kept whole."""
+    second prompt opens with it, both are stored without it, the first one's thread is retitled
+    and its vector re-made, a rule in it is still the user's, and the next prompt's query and the
+    task the briefing names leave it out, even before a mere "continue". The same prompt sent
+    twice, or an opening that introduces what follows, is kept whole."""
     banner = "Your trial has expired. Upgrade to VoiceInk Pro at tryvoiceink.com/buy"
     mem = ais.open_memory(str(project))
     mem.capture(f"{banner}\n\nFix the login redirect on the admin dashboard, it loops back to /login",
@@ -243,8 +244,13 @@ def test_a_paragraph_that_opens_prompts_word_for_word_is_a_preamble_not_their_ta
         ("Rename the players table.\n\nIt is called roster everywhere else", ""),
         ("Rename the players table.\n\nIt is called roster everywhere else", "")])
     assert mem.threads[first["id"]]["title"].startswith("Fix the login redirect")
+    opened = mem.threads[first["id"]]["messages"][0]
+    unbannered = mem.embedder.embed([opened["text"]])[0]
+    assert list(mem.mvec[opened["id"]]) == pytest.approx(list(unbannered), abs=1e-4)
     assert [r["text"] for r in mem.store.rules()] == ["Always use pnpm in this repo"]
     again = ais.open_memory(str(project))
+    again.ensure_loaded()
+    assert list(again.mvec[opened["id"]]) == pytest.approx(list(unbannered), abs=1e-4)
     again.capture(f"{banner}\n\nShow the roster count on the dashboard header", session_id="s1")
     assert any(m["text"] == "Show the roster count on the dashboard header" and m["preamble"] == banner
                for t in again.threads.values() for m in t["messages"])
@@ -252,6 +258,13 @@ def test_a_paragraph_that_opens_prompts_word_for_word_is_a_preamble_not_their_ta
         "what was wrong with the redirect loop?"
     context = again.context(f"{banner}\n\nwhat was wrong with the redirect loop?", session="s1")["text"]
     assert banner not in context and "Upgrade" not in context
+    for asked, task in (("what was wrong with the redirect loop?", "what was wrong with the redirect loop?"),
+                        ("continue", "what was wrong with the redirect loop?")):  # "continue" sets no task
+        ais.answer("inject", {"hook_event_name": "UserPromptSubmit", "session_id": "s1", "cwd": str(project),
+                              "prompt": f"{banner}\n\n{asked}"}, again.store, again)
+        assert again.store.heartbeat()["last_task"] == task  # what the briefing names
+    again.flush()
+    assert any(m["text"] == "continue" and m["preamble"] == banner for m in again.msgs.values())
 
 
 def test_daemon_reload_sees_changes_made_by_another_process(project):
