@@ -2890,9 +2890,9 @@ def tool_capture(payload, data_dir=None):
     path = inp.get("file_path") or inp.get("notebook_path") or (
         resp.get("filePath") if isinstance(resp, dict) else None)
     path = path if isinstance(path, str) else None
-    if path and data_dir and is_inside(path.replace("\\", "/"), data_dir):
-        return None  # our own files (recall answers, synthesis): capturing them would loop
     project, cwd = (os.path.dirname(data_dir), payload.get("cwd")) if data_dir else (None, None)
+    if path and data_dir and is_inside(agent_path(path.replace("\\", "/"), cwd, project), data_dir):
+        return None  # our own files (recall answers, synthesis): capturing them would loop
     rel = project_relpath(path, project, cwd) if path and project else None
     shown = rel or path  # a project file by its project path: shorter, and the same on every machine
     cites = []
@@ -3629,6 +3629,14 @@ def other_checkouts(project):
                   if os.path.isabs(r) and r != "/" and r not in own)
     _CHECKOUTS[project] = (now, found)
     return found
+
+
+def agent_path(path, cwd, project):
+    """A payload's file `path` as the agent meant it: a relative one from the agent's `cwd` when
+    that is absolute, else from the `project`; never from the folder of the process serving the
+    hook (the daemon runs in the data dir, where `src/app.py` would be a file of ours)."""
+    base = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else project
+    return os.path.join(base, path) if base else path
 
 
 def is_inside(path, root):
@@ -10238,7 +10246,8 @@ def own_file(payload, data_dir):
         path = resp.get("filePath") if isinstance(resp, dict) else None
     if not isinstance(path, str) or len(path) > MAX_RECALL_PATH or ".ai" not in path:
         return False
-    return is_inside(path.replace("\\", "/"), data_dir)
+    path = agent_path(path.replace("\\", "/"), payload.get("cwd"), os.path.dirname(data_dir))
+    return is_inside(path, data_dir)
 
 
 def recall_file(store, query, text):

@@ -564,6 +564,24 @@ def test_capture_skips_uncaptured_tools_and_our_own_files():
     assert ai.tool_capture(inspect, DATA_DIR) is None
 
 
+def test_a_relative_path_is_the_agents_whatever_folder_serves_the_hook(tmp_path, monkeypatch):
+    """The daemon runs in the data dir: a payload's relative path is from the agent's cwd (else the
+    project), so `src/app.py` is the project's file there too, and `.ai/cache/…` still ours."""
+    proj, data = tmp_path / "proj", tmp_path / "proj" / ".ai"
+    (data / "src").mkdir(parents=True)
+    monkeypatch.chdir(data)
+    read = post("Read", {"file_path": "src/app.py"},
+                {"type": "text", "file": {"filePath": "src/app.py", "content": "def main():\n    serve()\n"}})
+    for cwd in (str(proj), None):
+        cap = ai.tool_capture(dict(read, cwd=cwd), str(data))
+        assert cap and cap["text"].startswith("Read src/app.py:"), cap
+        assert not ai.own_file(dict(read, cwd=cwd), str(data))
+    own = post("Read", {"file_path": ".ai/cache/recall/x-1.md"},
+               {"type": "text", "file": {"filePath": ".ai/cache/recall/x-1.md", "content": "recalled"}})
+    own = dict(own, cwd=str(proj))
+    assert ai.tool_capture(own, str(data)) is None and ai.own_file(own, str(data))
+
+
 @pytest.mark.parametrize("payload", [
     {}, {"tool_name": "Read"}, {"tool_name": "Read", "tool_input": "x", "tool_response": 3},
     {"tool_name": "Read", "tool_input": {"file_path": 5}, "tool_response": {"file": "nope"}},
