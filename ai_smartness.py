@@ -465,10 +465,12 @@ FILE_TABLE_MESSAGES = 20000
 # words of the turns that touched the file, of recency (1 / (1 + rank / FILE_RECENCY_RANKS)),
 # of how often it was touched (saturating at FILE_TOUCHES_FULL), and of being worked on in
 # the same turns as a file the prompt names (saturating at FILE_TOGETHER_FULL turns), of being named by the
-# text of a file the prompt names ("/implement specs/x.md"). Measured on replayed Claude Code
-# sessions (bench/README.md): the prompt's words against each file's turns carry most of the
-# gain over a plain most-recent list.
-FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0, "together": 1.0,
+# text of a file the prompt names ("/implement specs/x.md"), and, for a reply with no words to
+# go by ("yes", "continue"), of being touched since the last prompt stored: it goes on with that
+# turn (no prompt at all, the briefing's files, goes by the work's weight). Measured on replayed
+# Claude Code sessions (bench/README.md): the prompt's words against each file's turns carry
+# most of the gain over a plain most-recent list.
+FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0, "together": 1.0, "task": 1.0,
                 "cited": 1.0}
 FILE_RECENCY_RANKS, FILE_TOUCHES_FULL, FILE_TOGETHER_FULL = 5, 5, 2
 # Files named in the injected text, and earlier messages shown for the first of them.
@@ -6378,6 +6380,7 @@ class FileTable:
         # Touches counted in the order noted: of two files touched in the same second (times are
         # whole seconds), the one touched after is the newer.
         self._touches = 0
+        self._task_seq = 0  # the touches noted before the last prompt ("yes" is not stored: no task)
 
     def note(self, msg, ts):
         """Learn from one message (of time `ts`), given in time order."""
@@ -6389,6 +6392,7 @@ class FileTable:
                 self.failures.pop((session, msg["command"]), None)
         if source == "prompt":
             self._turns[session] = (terms(msg["text"]), set())
+            self._task_seq = self._touches
         turn = self._turns.get(session)
         op = msg.get("op") or "mention"
         for path in msg.get("files") or ():
@@ -6497,7 +6501,8 @@ class FileTable:
             cited.update(self.resolve(self.files[p].get("cites", ()), False))
         # "continue", "yes go ahead": no word to match, only the work's recency and weight (BM25
         # normalized by its best score would crown the files of earlier turns that said "continue").
-        qterms = set() if is_noise(prompt) else set(terms(prompt))
+        wordless = is_noise(prompt)
+        qterms = set() if wordless else set(terms(prompt))
         stems = {t for t in qterms if len(t) > 3}
         n = len(touched)
         avg = sum(st["size"] for _, st in touched) / n or 1.0
@@ -6517,7 +6522,8 @@ class FileTable:
             scores[p] = (w["named"] * (p in named) + w["stem"] * said
                          + w["words"] * bm[p] / top + w["recency"] / (1 + rank / FILE_RECENCY_RANKS)
                          + w["touches"] * min(1.0, st["n"] / FILE_TOUCHES_FULL) + w["together"] * together[p]
-                         + w["cited"] * (p in cited and p not in named))
+                         + w["cited"] * (p in cited and p not in named)
+                         + w["task"] * (wordless and bool(prompt) and st["seq"] > self._task_seq))
         best = sorted(order, key=lambda x: -scores[x[0]])[:limit]  # stable: the newest first on a tie
         return best
 

@@ -1154,6 +1154,28 @@ def test_a_prompt_of_acknowledgements_ranks_the_files_by_the_work_not_by_its_wor
     assert [p for p, _ in mem.file_table().rank("continue the parser cleanup", 1)] == ["src/parser.py"]
 
 
+def test_a_reply_with_no_words_goes_on_with_the_files_of_the_last_task(project):
+    """ "yes" answers the agent's last turn: the files touched since the last prompt that set a task
+    come before a guide read five times the day before, which a prompt about it still finds."""
+    mem = ais.open_memory(str(project))
+    day = 1_800_000_000
+
+    def cap(text, source="prompt", at=0, path=None):
+        mem.store.inbox_append(ais.prepare_capture(text, source, session_id="s1", at=ais.iso(day + at),
+                                                   **({"files": [path], "op": "read"} if path else {})))
+    cap("write a guide to the command line interface")
+    for k in range(5):
+        cap(f"Read docs/cli_guide.md:\n# part {k}", "tool:Read", k + 1, "docs/cli_guide.md")
+    cap("make the build number increase on every build", at=86400)
+    for k, path in enumerate(("build/version.h", "build/bump_version.py")):
+        cap(f"Read {path}:\nBUILD = 78", "tool:Read", 86401 + k, path)
+    mem.flush()
+    assert [p for p, _ in mem.file_table().rank("yes", 2)] == ["build/bump_version.py", "build/version.h"]
+    assert [p for p, _ in mem.file_table().rank("update the command line guide", 1)] == ["docs/cli_guide.md"]
+    # No prompt at all (the briefing after a break): the work's weight, not the last turn.
+    assert [p for p, _ in mem.file_table().rank("", 1)] == ["docs/cli_guide.md"]
+
+
 def test_a_slash_command_run_again_ranks_the_files_its_earlier_run_touched(project):
     """ "/prime" is short, yet a prompt: the next session's "/prime" reads what the last one read."""
     mem = ais.open_memory(str(project))
