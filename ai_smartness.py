@@ -467,7 +467,8 @@ FILE_TABLE_MESSAGES = 20000
 # the same turns as a file the prompt names (saturating at FILE_TOGETHER_FULL turns), of being named by the
 # text of a file the prompt names ("/implement specs/x.md"), and, for a reply with no words to
 # go by ("yes", "continue"), of being touched since the last prompt stored: it goes on with that
-# turn (no prompt at all, the briefing's files, goes by the work's weight). Measured on replayed
+# turn, then with the newest files, however often an older one was touched (no prompt at all, the
+# briefing's files, goes by the work's weight). Measured on replayed
 # Claude Code sessions (bench/README.md): the prompt's words against each file's turns carry
 # most of the gain over a plain most-recent list.
 FILE_WEIGHTS = {"named": 3.0, "stem": 1.5, "words": 1.0, "recency": 1.0, "touches": 1.0, "together": 1.0, "task": 1.0,
@@ -6502,6 +6503,7 @@ class FileTable:
         # "continue", "yes go ahead": no word to match, only the work's recency and weight (BM25
         # normalized by its best score would crown the files of earlier turns that said "continue").
         wordless = is_noise(prompt)
+        reply = wordless and bool(prompt)
         qterms = set() if wordless else set(terms(prompt))
         stems = {t for t in qterms if len(t) > 3}
         n = len(touched)
@@ -6521,9 +6523,9 @@ class FileTable:
             said = len(stems & st["stem"]) / len(st["stem"]) if st["stem"] and p not in named else 0.0
             scores[p] = (w["named"] * (p in named) + w["stem"] * said
                          + w["words"] * bm[p] / top + w["recency"] / (1 + rank / FILE_RECENCY_RANKS)
-                         + w["touches"] * min(1.0, st["n"] / FILE_TOUCHES_FULL) + w["together"] * together[p]
-                         + w["cited"] * (p in cited and p not in named)
-                         + w["task"] * (wordless and bool(prompt) and st["seq"] > self._task_seq))
+                         + w["touches"] * min(1.0, st["n"] / FILE_TOUCHES_FULL) * (not reply)
+                         + w["together"] * together[p] + w["cited"] * (p in cited and p not in named)
+                         + w["task"] * (reply and st["seq"] > self._task_seq))
         best = sorted(order, key=lambda x: -scores[x[0]])[:limit]  # stable: the newest first on a tie
         return best
 

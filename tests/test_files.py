@@ -1156,7 +1156,8 @@ def test_a_prompt_of_acknowledgements_ranks_the_files_by_the_work_not_by_its_wor
 
 def test_a_reply_with_no_words_goes_on_with_the_files_of_the_last_task(project):
     """ "yes" answers the agent's last turn: the files touched since the last prompt that set a task
-    come before a guide read five times the day before, which a prompt about it still finds."""
+    come first, then the newest ones; a guide read five times two days before is found by a prompt
+    about it, not by a reply that names nothing."""
     mem = ais.open_memory(str(project))
     day = 1_800_000_000
 
@@ -1166,11 +1167,14 @@ def test_a_reply_with_no_words_goes_on_with_the_files_of_the_last_task(project):
     cap("write a guide to the command line interface")
     for k in range(5):
         cap(f"Read docs/cli_guide.md:\n# part {k}", "tool:Read", k + 1, "docs/cli_guide.md")
-    cap("make the build number increase on every build", at=86400)
+    cap("add this week's changes to the changelog", at=86400)
+    cap("Read CHANGELOG.md:\n## 2.3", "tool:Read", 86401, "CHANGELOG.md")
+    cap("make the build number increase on every build", at=2 * 86400)
     for k, path in enumerate(("build/version.h", "build/bump_version.py")):
-        cap(f"Read {path}:\nBUILD = 78", "tool:Read", 86401 + k, path)
+        cap(f"Read {path}:\nBUILD = 78", "tool:Read", 2 * 86400 + 1 + k, path)
     mem.flush()
-    assert [p for p, _ in mem.file_table().rank("yes", 2)] == ["build/bump_version.py", "build/version.h"]
+    assert [p for p, _ in mem.file_table().rank("yes", 3)] == ["build/bump_version.py", "build/version.h",
+                                                               "CHANGELOG.md"]
     assert [p for p, _ in mem.file_table().rank("update the command line guide", 1)] == ["docs/cli_guide.md"]
     # No prompt at all (the briefing after a break): the work's weight, not the last turn.
     assert [p for p, _ in mem.file_table().rank("", 1)] == ["docs/cli_guide.md"]
