@@ -3784,6 +3784,14 @@ _AGREE_RE = LazyRe(r"(?:you(?:'re|’re| are) (?:absolutely |completely |totally
                    r"(?: (?:the|this|what|how|why) \w+(?: \w+)?)?(?: clearly| now)?|"
                    r"(?:maintenant,? )?je (?:comprends|vois) (?:mieux|maintenant)|ahora (?:entiendo|lo veo)(?: mejor)?)"
                    r"(?=[ \t]*[.!:]))\b[ \t]*(?:[,.!:;—–-][ \t]*)*", re.I)
+# A sentence that restates the request ("I see you're running the `/commit` command.", "Based on
+# the data, I can see you're asking about…", "Veo que quieres…"): what the user asked, not the answer.
+_RESTATE_RE = LazyRe(r"(?:based on [^,.!?\n]{0,80}, )?(?:(?:i (?:can )?see|it (?:looks|seems) like|looks like|"
+                     r"je vois que|il semble que|veo que|parece que)(?: that)? )?"
+                     r"(?:you(?:'re|’re| are) (?:asking|running|using|trying|looking|requesting|invoking|referring)|"
+                     r"you(?:'d| would) like|you want(?:ed)? (?:me )?to|vous (?:me )?demandez|tu (?:me )?demandes|"
+                     r"vous (?:voulez|souhaitez)|tu veux|(?:me )?(?:estás|está) (?:pidiendo|preguntando|usando|"
+                     r"ejecutando|intentando)|quieres)\b", re.I)
 # "I've successfully implemented the export": what was done is the rest ("Implemented the export").
 _SUCCESS_RE = LazyRe(r"i(?:'ve|’ve| have) (?:now |just )?successfully[ \t]+(?=\w)", re.I)
 # A short sentence that only leads into the list or summary below it ("Here's the full summary:",
@@ -3804,15 +3812,16 @@ def leads_in(sentence):
 
 def conclusion_of(text, fill=0):
     """What an answer concluded: its first sentences (a first word alone, "Perfect!", "Done ✅",
-    says nothing, nor "You're absolutely right", nor a sentence announcing what comes next: "Let
-    me summarize.", nor one that
-    leads into a list: "Here's the summary:"), the sentences after them while the whole stays
+    says nothing, nor "You're absolutely right", nor "I see you're running…" (_RESTATE_RE), nor a
+    sentence announcing what comes next: "Let me summarize.", nor one that leads into a list:
+    "Here's the summary:"), the sentences after them while the whole stays
     within `fill` characters (a briefing with room to spare), and the sentences on what is next
     or left."""
     sentences = sentences_of(text)
     start = 0
     while start < len(sentences) - 1 and (len(sentences[start].split()) == 1 or _PLAN_RE.match(sentences[start])
-                                          or _AGREE_RE.fullmatch(sentences[start])):
+                                          or _AGREE_RE.fullmatch(sentences[start])
+                                          or _RESTATE_RE.match(sentences[start])):
         start += 1
     sentences = sentences[start:start + 1] + [x for x in sentences[start + 1:] if not _PLAN_RE.match(x)]
     sentences = [x for x in sentences if not leads_in(x)] or sentences

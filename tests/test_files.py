@@ -1404,6 +1404,18 @@ def test_a_conclusion_skips_cheers_and_announcements():
     # A finding said with "I see" is kept.
     assert ais.conclusion_of("I see the download already uses the MarkUpGo API.") == \
         "I see the download already uses the MarkUpGo API."
+    # A restatement of the request is not: the answer follows it.
+    assert ais.conclusion_of("Based on the data provided, I can see you're asking about the last seven months on "
+                             "the KiroViden project. You logged 212 hours in that period.") == \
+        "You logged 212 hours in that period."
+    assert ais.conclusion_of("I see you're running the `/agent-commit` command.\n\nWith no agent worktree left, "
+                             "it will exit with an error about the workspace path.") == \
+        "With no agent worktree left, it will exit with an error about the workspace path."
+    assert ais.conclusion_of("Je vois que vous demandez un export CSV. L'export existe déjà dans reports.py.") == \
+        "L'export existe déjà dans reports.py."
+    assert ais.conclusion_of("Veo que estás usando Vite 5. El puerto 5173 ya está ocupado.") == \
+        "El puerto 5173 ya está ocupado."
+    assert ais.conclusion_of("I see you're running the tests.") == "I see you're running the tests."  # nothing else
 
 
 def test_a_conclusion_skips_the_lead_in_to_its_list():
