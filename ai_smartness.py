@@ -3781,7 +3781,7 @@ _AGREE_RE = LazyRe(r"(?:you(?:'re|’re| are) (?:absolutely |completely |totally
                    r"bonne (?:question|remarque)|buena pregunta|"
                    r"(?:(?:now,? )?i (?:understand|(?:can )?see|get it|"
                    r"have (?:a |the )?(?:full|complete|clear(?:er)?|whole) (?:picture|understanding))"
-                   r"(?: (?:the|this|what|how|why) \w+(?: \w+)?)?(?: clearly| now)?|"
+                   r"(?: (?:the|this|what|how|why)(?: \w+){1,3})?(?: clearly| now)?|"
                    r"(?:maintenant,? )?je (?:comprends|vois) (?:mieux|maintenant)|ahora (?:entiendo|lo veo)(?: mejor)?)"
                    r"(?=[ \t]*[.!:]))\b[ \t]*(?:[,.!:;—–-][ \t]*)*", re.I)
 # A sentence that restates the request ("I see you're running the `/commit` command.", "Based on

@@ -1393,6 +1393,8 @@ def test_a_conclusion_skips_cheers_and_announcements():
     assert ais.conclusion_of("Now I have the full picture. The extension reads .env.local at runtime.") == \
         "The extension reads .env.local at runtime."
     assert ais.conclusion_of("Now I can see the problem clearly: the worker never flushes.") == "The worker never flushes."
+    assert ais.conclusion_of("Perfect! Now I can see the full workflow configuration. The header reads `$env`, "
+                             "which the HTTP node never fills.") == "The header reads `$env`, which the HTTP node never fills."
     assert ais.conclusion_of("Ahora entiendo. El caché nunca se vaciaba.") == "El caché nunca se vaciaba."
     assert ais.conclusion_of("Je comprends mieux : le cache n'était jamais vidé.") == "Le cache n'était jamais vidé."
     # Nor "I've successfully": what was done is the rest of the sentence.
