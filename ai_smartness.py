@@ -12220,8 +12220,18 @@ def do_threads(cli, args):
                                  f"  ({age_ago(now - ts_of(r, 'last_active'), cli.lang)}, "
                                  f"{when_label((r['time_of_day'], r['day_of_week']), cli.lang)})",
                                  *("  " + x for x in signal_lines(mem.threads[r["id"]], cli.lang))])
-                     for r in rows) or tr("none", cli.lang)
+                     for r in rows) or none_in_status(mem.threads.values(), args.status, cli.lang)
     return emit(args, rows, text)
+
+
+def none_in_status(threads, status, lang):
+    """An empty list that says where the threads are: imported history is archived at once, and a
+    bare "(none)" reads as an empty memory."""
+    held = Counter(t["status"] for t in threads)
+    if status == "all" or not held:
+        return tr("none", lang)
+    others = ", ".join(tr("status_count", lang, status=tr("status_" + s, lang), n=held[s]) for s in STATUSES if held[s])
+    return tr("none_in_status", lang, status=tr("status_" + status, lang), others=others)
 
 
 def do_thread(cli, args):

@@ -96,6 +96,11 @@ def test_threads_idle_for_weeks_are_listed_as_suspended_before_any_new_capture(p
     [row] = cli_json("threads", "--status", "suspended", project=project)
     assert row["status"] == "suspended" and cli_json("thread", row["id"], project=project)["status"] == "suspended"
     assert cli_json("status", project=project)["by_status"] == {"active": 0, "suspended": 1, "archived": 0}
+    # The text list says where the threads are rather than a bare "(none)" (an empty memory).
+    assert cli("threads", project=project).stdout.strip() == "(none active; suspended: 1 — `--status all` lists them)"
+    threads = [{"status": "archived"}, {"status": "suspended"}, {"status": "archived"}]
+    assert ai.none_in_status(threads, "active", "fr") == "(aucun fil actif ; suspendu : 1, archivé : 2 — `--status all` les liste)"
+    assert ai.none_in_status([], "active", "es") == ai.none_in_status(threads, "all", "es") == "(ninguno)"
 
 
 def test_rules_add_list_remove(project):
