@@ -12080,6 +12080,36 @@ class _ImportBar:
             sys.stderr.write("\r" + " " * 40 + "\r")
 
 
+# A home folder (macOS, Linux): a session launched there worked on no one project.
+HOME_FOLDER_RE = LazyRe(r"/(?:Users|home)/[^/]+|/root")
+
+
+def session_root(cwd, project):
+    """The folder an imported session was launched in, to be read as `project`: an absolute POSIX
+    path on no disk here (a folder that exists is another project or checkout of this machine,
+    left as it is), neither `/` nor a home folder (HOME_FOLDER_RE), outside the project. None
+    otherwise."""
+    if not isinstance(cwd, str) or not cwd.startswith("/"):
+        return None  # none, or a Windows drive: its paths are not this project's to read
+    root = os.path.normpath(cwd)
+    if root == "/" or HOME_FOLDER_RE.fullmatch(root) or os.path.lexists(root) \
+            or project_relpath(os.path.join(root, "f"), project) is not None:
+        return None
+    return root
+
+
+def moved_here(value, root, project):
+    """`value` (a payload, its lists and strings) with every path under `root` put under
+    `project`: `/old/app/src/a.ts` -> `<project>/src/a.ts`, never `/old/app-v2/…`."""
+    if isinstance(value, str):
+        return re.sub(re.escape(root) + r"(?![\w.-])", lambda m: project, value) if root in value else value
+    if isinstance(value, dict):
+        return {k: moved_here(v, root, project) for k, v in value.items()}
+    if isinstance(value, list):
+        return [moved_here(v, root, project) for v in value]
+    return value
+
+
 class Importer:
     """One `import` run: each event of each file becomes what its hook would have journaled
     (capture_entry, journal), at its own time; what memory holds already (its capture_key)
@@ -12092,6 +12122,7 @@ class Importer:
         self.store.inbox_sync = False
         self.mem.drain()  # loads the memory (its keys) and applies what was pending
         self.before, self.stats, self.sessions, self.seen, self.pending = len(self.mem.msgs), Counter(), set(), set(), 0
+        self.project, self.roots = os.path.dirname(self.store.dir), {}  # session -> session_root
 
     def file(self, path, progress):
         try:
@@ -12113,7 +12144,7 @@ class Importer:
         if self.since is not None and at < self.since:
             self.stats["skipped"] += 1
             return
-        payload = clean_payload(trim_strings(payload))
+        payload = clean_payload(trim_strings(self.here(payload)))  # moved first: the cuts hold after
         entry = capture_entry(kind, payload, self.store.dir, at=at)
         if entry is None:
             self.stats["noise"] += 1
@@ -12129,6 +12160,16 @@ class Importer:
         if self.pending >= IMPORT_DRAIN_EVERY:
             self.mem.drain()
             self.pending = 0
+
+    def here(self, payload):
+        """The payload with the folder its session was launched in (its first cwd) made this
+        project when that folder is on no disk here (session_root): the project since moved, or
+        the history of another machine, whose files are this project's files."""
+        sid = payload.get("session_id")
+        if sid not in self.roots:
+            self.roots[sid] = session_root(payload.get("cwd"), self.project)
+        root = self.roots[sid]
+        return moved_here(payload, root, self.project) if root else payload
 
     def summary(self, seconds):
         self.mem.drain()

@@ -613,6 +613,32 @@ def test_secrets_are_redacted_on_import(project, tmp_path):
     assert key not in json.dumps(exported(project)) and "REDACTED" in texts(project)[0]
 
 
+def test_history_from_a_folder_on_no_disk_here_is_this_projects(project):
+    """A real session of a project launched in /Users/joshnewton/Development/chicken-tracker-t3 (another
+    machine, or the project before a move): its files are this project's, named by their project
+    path, and the thread knows them (they used to be absolute paths, recorded as no file)."""
+    imported(project, shared_path(*TRANSCRIPTS, "cc-v2.1.32_chicken-tracker_6e6cddcb_head.jsonl"))
+    reads = {m["files"][0]: m["text"] for m in exported(project) if m["text"].startswith("Read ")}
+    assert set(reads) == {"package.json", "next.config.mjs", "src/layouts/AppLayout.tsx", "src/layouts/SiteLayout.tsx"}
+    assert reads["package.json"].startswith("Read package.json:") and "joshnewton" not in "".join(reads.values())
+    [thread] = json.loads(cli("export", project=project).stdout)["threads"]
+    assert set(thread["files"]) == set(reads)
+
+
+def test_only_a_launch_folder_on_no_disk_here_stands_for_the_project(project, tmp_path):
+    gone = str(tmp_path / "moved" / "app")
+    assert ai.session_root(gone + "/", str(project)) == gone
+    (tmp_path / "elsewhere").mkdir()
+    for kept in (str(tmp_path / "elsewhere"), str(project / "gone-sub"), "/", "/Users/ana", "/home/ana", "/root",
+                 "C:\\Users\\ana\\app", "", None, "relative/app"):
+        assert ai.session_root(kept, str(project)) is None, kept
+    payload = {"cwd": gone, "tool_input": {"file_path": gone + "/src/a.ts", "edits": [{"old_string": gone}]},
+               "tool_response": "cd " + gone + "-v2 && cat " + gone + "/b.py", "n": 3}
+    assert ai.moved_here(payload, gone, "/p") == {
+        "cwd": "/p", "tool_input": {"file_path": "/p/src/a.ts", "edits": [{"old_string": "/p"}]},
+        "tool_response": "cd " + gone + "-v2 && cat /p/b.py", "n": 3}
+
+
 def test_bad_arguments(project, tmp_path):
     assert cli("import", tmp_path / "missing.jsonl", project=project).returncode == 2
     assert cli("import", "--since", "yesterday-ish", tmp_path, project=project).returncode == 2
