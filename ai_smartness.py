@@ -12080,29 +12080,34 @@ class _ImportBar:
             sys.stderr.write("\r" + " " * 40 + "\r")
 
 
-# A home folder (macOS, Linux): a session launched there worked on no one project.
-HOME_FOLDER_RE = LazyRe(r"/(?:Users|home)/[^/]+|/root")
+# A home folder (macOS, Linux, Windows): a session launched there worked on no one project.
+HOME_FOLDER_RE = LazyRe(r"/(?:Users|home)/[^/]+|/root|[A-Za-z]:[\\/]Users[\\/][^\\/]+", re.I)
 
 
 def session_root(cwd, project):
-    """The folder an imported session was launched in, to be read as `project`: an absolute POSIX
-    path on no disk here (a folder that exists is another project or checkout of this machine,
-    left as it is), neither `/` nor a home folder (HOME_FOLDER_RE), outside the project. None
+    """The folder an imported session was launched in, to be read as `project`, as a pattern
+    that finds it in a text (either separator, any case on a Windows drive): an absolute path on
+    no disk here (a folder that exists is another project or checkout of this machine, left as
+    it is), neither a drive's root nor a home folder (HOME_FOLDER_RE), outside the project. None
     otherwise."""
-    if not isinstance(cwd, str) or not cwd.startswith("/"):
-        return None  # none, or a Windows drive: its paths are not this project's to read
-    root = os.path.normpath(cwd)
-    if root == "/" or HOME_FOLDER_RE.fullmatch(root) or os.path.lexists(root) \
-            or project_relpath(os.path.join(root, "f"), project) is not None:
+    if not isinstance(cwd, str):
         return None
-    return root
+    drive = re.match(r"[A-Za-z]:[\\/]", cwd)
+    if not drive and not cwd.startswith("/"):
+        return None
+    root = cwd.rstrip("\\/") if drive else os.path.normpath(cwd)
+    if len(root) <= 2 or HOME_FOLDER_RE.fullmatch(root) or not drive and (
+            os.path.lexists(root) or project_relpath(os.path.join(root, "f"), project) is not None):
+        return None
+    folders = r"[\\/]".join(re.escape(x) for x in re.split(r"[\\/]+", root))
+    return re.compile(folders + r"(?![\w.-])", re.I if drive else 0)
 
 
 def moved_here(value, root, project):
-    """`value` (a payload, its lists and strings) with every path under `root` put under
-    `project`: `/old/app/src/a.ts` -> `<project>/src/a.ts`, never `/old/app-v2/…`."""
+    """`value` (a payload, its lists and strings) with every path under `root` (session_root)
+    put under `project`: `/old/app/src/a.ts` -> `<project>/src/a.ts`, never `/old/app-v2/…`."""
     if isinstance(value, str):
-        return re.sub(re.escape(root) + r"(?![\w.-])", lambda m: project, value) if root in value else value
+        return root.sub(lambda m: project, value)
     if isinstance(value, dict):
         return {k: moved_here(v, root, project) for k, v in value.items()}
     if isinstance(value, list):

@@ -627,16 +627,21 @@ def test_history_from_a_folder_on_no_disk_here_is_this_projects(project):
 
 def test_only_a_launch_folder_on_no_disk_here_stands_for_the_project(project, tmp_path):
     gone = str(tmp_path / "moved" / "app")
-    assert ai.session_root(gone + "/", str(project)) == gone
-    (tmp_path / "elsewhere").mkdir()
-    for kept in (str(tmp_path / "elsewhere"), str(project / "gone-sub"), "/", "/Users/ana", "/home/ana", "/root",
-                 "C:\\Users\\ana\\app", "", None, "relative/app"):
-        assert ai.session_root(kept, str(project)) is None, kept
+    root = ai.session_root(gone + "/", str(project))
     payload = {"cwd": gone, "tool_input": {"file_path": gone + "/src/a.ts", "edits": [{"old_string": gone}]},
                "tool_response": "cd " + gone + "-v2 && cat " + gone + "/b.py", "n": 3}
-    assert ai.moved_here(payload, gone, "/p") == {
+    assert ai.moved_here(payload, root, "/p") == {
         "cwd": "/p", "tool_input": {"file_path": "/p/src/a.ts", "edits": [{"old_string": "/p"}]},
         "tool_response": "cd " + gone + "-v2 && cat /p/b.py", "n": 3}
+    # A Windows checkout: either separator, any case.
+    win = ai.session_root("C:\\Users\\ana\\Shop\\", str(project))
+    assert ai.moved_here(["C:\\Users\\ana\\Shop\\src\\a.ts", "c:/users/ana/shop/b.py"], win, "/p") == [
+        "/p\\src\\a.ts", "/p/b.py"]
+    assert ai.project_relpath("/p\\src\\a.ts", "/p") == "src/a.ts"
+    (tmp_path / "elsewhere").mkdir()
+    for kept in (str(tmp_path / "elsewhere"), str(project / "gone-sub"), "/", "/Users/ana", "/home/ana", "/root",
+                 "C:\\", "D:/", "C:\\Users\\ana", "", None, "relative/app"):
+        assert ai.session_root(kept, str(project)) is None, kept
 
 
 def test_bad_arguments(project, tmp_path):
