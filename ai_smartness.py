@@ -104,7 +104,7 @@ DEFAULT_CONFIG = {
     "thresholds": {
         "continue": 0.35,  # continue the best active thread at or above this
         "reactivate": 0.50,  # reactivate a suspended/archived thread at or above this
-        "borderline": 0.10,  # borderline..continue: the best thread continues only when clearly ahead
+        "borderline": 0.10,  # borderline..continue: the best thread continues only if clearly ahead or the sitting's
         "margin": 0.08,  # how far ahead of the next two threads "clearly ahead" is
         "turn_margin": 0.15,  # how far ahead of its turn's thread another must be to take a capture
         "fork_max": 0.60,  # a continuation below this that brings new topics forks a child
@@ -200,7 +200,8 @@ FIELD_CHARS = 200
 # Characters kept of /compact's custom instructions in a synthesis.
 INSTRUCTIONS_CHARS = 2000
 # -- memory --
-# Captures without a Claude Code session less than this many seconds apart form one conversation.
+# Captures less than this many seconds apart form one sitting: a conversation without a Claude Code
+# session, and a session's stretch whose prompts follow up its current work (decide's `sitting`).
 SESSION_GAP_SECONDS = 1800
 # Topic tally of a thread: a topic's rank in a capture lowers its count by this step; the
 # thread shows its TOPICS_SHOWN best, and past TALLY_MAX topics only the TALLY_KEPT best stay.
@@ -4603,7 +4604,7 @@ def describe(thread, msg, ext):
     thread["summary"] = shorten(start["text"], SUMMARY_FIRST_CHARS) + (" … " + latest if latest else "")
 
 
-def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None):
+def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None, sitting=None):
     """candidates: [(thread, cosine)], `sims` their similarity() to the content when the caller
     has it. Returns the decision with the scores behind it: CONTINUE / FORK (a sub-task of the
     best match) / REACTIVATE / NEW_THREAD.
@@ -4616,7 +4617,10 @@ def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None
     another thread is both above `continue` and `turn_margin` ahead. A prompt forks a sub-task
     only from `current`, its session's current thread (True: any thread it resumes, for the
     first prompt of a session), when that is its match above `continue` and the prompt's topics
-    are mostly new there."""
+    are mostly new there. `sitting` is the session's current thread while the session has not
+    paused (SESSION_GAP_SECONDS): a prompt no thread clearly matches continues it from
+    `borderline` up when it is the best active match, a follow-up that shares few words with the
+    work ("still around 2 secs", a pasted review) rather than a new task."""
     th = cfg["thresholds"]
     if sims is None:
         sims = [similarity(cos, content_topics, t.get("topics")) for t, cos in candidates]
@@ -4654,6 +4658,8 @@ def decide(content_topics, candidates, cfg, sims=None, follow=None, current=None
         return dict(out, action="CONTINUE", thread_id=thread["id"], score=active_score)
     if best_active and active_score >= th["borderline"] and lead(best_active) >= th["margin"]:
         return dict(out, action="CONTINUE", thread_id=best_active[2]["id"], score=active_score, reason="ahead")
+    if best_active and best_active[2] is sitting and active_score >= th["borderline"]:
+        return dict(out, action="CONTINUE", thread_id=sitting["id"], score=active_score, reason="sitting")
     return dict(out, action="NEW_THREAD", score=active_score,
                 borderline=bool(best_active) and active_score >= th["borderline"])
 
@@ -8165,13 +8171,16 @@ class MemoryWriter(ThreadPlacement, Preambles):
             # each prompt, and a second finder could bring back a rule removed in between.
             said = f"{entry['preamble']}\n\n{entry['text']}" if entry.get("preamble") else entry["text"]
             self.add_rules(detect_rules(said), now, mid)  # a preamble's rule is the user's all the same
-        current = None
+        current = sitting = None
         if entry["source"] == "prompt" and entry.get("session"):
             current = self.session_thread(entry) or True
+            last = self.sessions[entry["session"]][-1] if current is not True else None
+            if last and now - ts_of(self.msgs[last], "ts") < SESSION_GAP_SECONDS:
+                sitting = current
         follow = self.turn_thread(entry, ext["topics"], current if current is not True else None)
         candidates = self.candidates(vec)
         sims = self.decision_sims(entry, ext["topics"], candidates)
-        decision = decide(ext["topics"], candidates, cfg, sims, follow, current)
+        decision = decide(ext["topics"], candidates, cfg, sims, follow, current, sitting)
         self.note_concepts(decision, entry, ext["topics"])
         self.overflow(decision)
         action = decision["action"]

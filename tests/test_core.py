@@ -72,6 +72,21 @@ def test_a_turn_stays_in_its_thread_unless_another_is_strong_and_clearly_ahead()
     assert ais.decide([], [], CFG, follow=asleep)["action"] == "REACTIVATE"
 
 
+def test_a_prompt_no_thread_clearly_matches_continues_its_sittings_work():
+    """Mid-sitting, "still around 2 secs" is close to nothing: the session's current work, when it
+    is the closest of all, takes it."""
+    work, other = thread("work"), thread("other")
+    close = [(work, 0.2), (other, 0.19)]  # 0.14 against 0.133: neither clearly ahead
+    assert ais.decide([], close, CFG)["action"] == "NEW_THREAD"
+    follow_up = ais.decide([], close, CFG, sitting=work)
+    assert follow_up["action"] == "CONTINUE" and follow_up["thread_id"] == "work" and follow_up["reason"] == "sitting"
+    # Another thread closer, or nothing near at all (0.07 under the borderline): a new task.
+    assert ais.decide([], [(other, 0.2), (work, 0.19)], CFG, sitting=work)["action"] == "NEW_THREAD"
+    assert ais.decide([], [(work, 0.1)], CFG, sitting=work)["action"] == "NEW_THREAD"
+    # A clear match elsewhere is the work it is about.
+    assert ais.decide([], [(other, 0.6), (work, 0.2)], CFG, sitting=work)["thread_id"] == "other"
+
+
 def test_reactivation_needs_0_50_and_beats_a_weaker_active_thread():
     sleeping = thread("s", status="suspended")
     assert ais.decide([], [(sleeping, 0.75)], CFG)["action"] == "REACTIVATE"  # 0.525

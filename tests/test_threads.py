@@ -199,6 +199,32 @@ def test_a_prompt_its_whole_turn_left_joins_the_thread_the_turn_went_to(project)
     assert len(set(other)) == 1 and other[0] in mem.threads
 
 
+def test_a_follow_up_that_names_no_work_stays_with_its_sittings_task(project):
+    """"Still around 2 secs" shares no word with the task it follows and is about as close to
+    another fix: minutes into the sitting it goes on with the session's task; after a pause as
+    long as a new conversation's (SESSION_GAP_SECONDS) it starts a thread. A new task close to
+    nothing starts one mid-sitting."""
+    follow_up = "Still around 2 secs. Any way we can make it near instant?"
+
+    class Placed(ais.FakeEmbedder):
+        """Cosines set by hand: the task on one axis, the other fix on another, the follow-up
+        between them (0.20 and 0.19: scores of 0.14 and 0.133, neither clearly ahead)."""
+        def embed(self, texts):
+            def axes(text):
+                if text == follow_up:
+                    return [0.2, 0.19, (1 - 0.2 ** 2 - 0.19 ** 2) ** 0.5, 0.0]
+                return [float("course" in text), float("chart" in text), 0.0, float("JWT" in text)]
+            return [ais.unit(axes(t) + [0.0] * (self.dim - 4)) for t in texts]
+    for pause, same in ((240, True), (ais.SESSION_GAP_SECONDS + 60, False)):
+        mem = ais.open_memory(str(project / str(pause)), embedder=Placed())
+        turn(mem, "s2", "The admin dashboard chart renders slowly with a year of orders", at=START - 1800,
+             conclusion="Done: the chart memoizes its points.")
+        task = turn(mem, "s1", "When a student logs in, the course page takes 2-3 seconds to show the lessons",
+                    conclusion="Done: the course page loads lessons and progress in parallel.")[0]
+        assert (turn(mem, "s1", follow_up, at=START + pause)[0] == task) is same
+        assert turn(mem, "s1", "Rotate the JWT signing keys of the auth service", at=START + pause + 60)[0] != task
+
+
 def test_tool_results_of_a_session_whose_prompts_were_acknowledgements_follow_its_work(project):
     """A session resumed with "continue" (an acknowledgement: not stored) has no prompt to follow:
     its tool results follow the session's latest work, not a thread each."""
