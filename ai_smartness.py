@@ -7592,6 +7592,12 @@ class ThreadPlacement:
             return None
         return self.threads.get(self.thread_rows.keys[self.row_thread[self.rows.of[members[-1]]]])
 
+    def sitting_thread(self, entry, current):
+        """`current` (session_thread; True when the session has none) while the session has not paused
+        for SESSION_GAP_SECONDS, else None: the work a prompt of this sitting follows up (decide)."""
+        last = self.sessions[entry["session"]][-1] if current is not True else None
+        return current if last and entry["ts"] - ts_of(self.msgs[last], "ts") < SESSION_GAP_SECONDS else None
+
     def overflow(self, decision):
         """A full thread (MAX_THREAD_MESSAGES) goes on in one child, its continuation: nothing
         is ever dropped to make room. The decision goes there, or forks it (placed_thread)."""
@@ -8174,9 +8180,7 @@ class MemoryWriter(ThreadPlacement, Preambles):
         current = sitting = None
         if entry["source"] == "prompt" and entry.get("session"):
             current = self.session_thread(entry) or True
-            last = self.sessions[entry["session"]][-1] if current is not True else None
-            if last and now - ts_of(self.msgs[last], "ts") < SESSION_GAP_SECONDS:
-                sitting = current
+            sitting = self.sitting_thread(entry, current)
         follow = self.turn_thread(entry, ext["topics"], current if current is not True else None)
         candidates = self.candidates(vec)
         sims = self.decision_sims(entry, ext["topics"], candidates)
