@@ -3279,7 +3279,8 @@ def answered_questions(inp, resp):
     return "\n".join(lines)
 
 
-_FILE_NAME_RE = re.compile(r"[^./]\.\w{1,10}$")
+# A searched path that is one file: its name has a suffix (a folder's has none).
+_SEARCHED_FILE_RE = re.compile(r"[^./]\.\w{1,10}$")
 _MATCH_LINE_RE = re.compile(r"^([^\s:]+\.\w{1,10})[:-]", re.M)
 
 
@@ -3296,7 +3297,7 @@ def _search_capture(inp, resp, project, cwd):
     if not out.strip() or out.startswith(("No matches", "No files found")):
         return None, []
     rel = (lambda f: project_relpath(f, project, cwd)) if project else (lambda f: None)
-    if rel(where) and _FILE_NAME_RE.search(where):  # one file searched (a folder's name has no suffix)
+    if rel(where) and _SEARCHED_FILE_RE.search(where):  # one file searched
         files = [rel(where)]
     else:  # the matching files: listed, or leading each line found ("path:line:text")
         found = [rel(n) for n in names] or [rel(m.group(1)) for m in _MATCH_LINE_RE.finditer(out)]
@@ -3468,6 +3469,8 @@ _SHELL_ARG_RE = LazyRe(r"""'[^'\n]{0,300}'|"[^"\n]{0,300}"|(?:[^\s'"`;|&<>(){}\[
 _SHELL_STEP_RE = LazyRe(r"""\\[\s\S]|'[^']*'|"(?:[^"\\]|\\.)*"|(&&|\|\||[;\n|])""")
 _SHELL_CD_RE = LazyRe(r"""\s*(?:\(\s*)?(?:cd|pushd)(?:\s+("[^"]*"|'[^']*'|(?:[^\s"'\\]|\\.)(?:[^\s\\]|\\.)*))?\s*$""")
 _FILE_NAME_RE = LazyRe(r"[\w.@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}")
+# A bare dotfile (`.gitignore`, `.env`): kept only when the memory knows it (a folder's `.venv` is not).
+_DOTFILE_RE = LazyRe(r"\.[A-Za-z][\w-]*")
 # The program of a step given by its path (`./scripts/deploy`, `bin/console`): a file, though
 # its name has no extension.
 _PROGRAM_PATH_RE = LazyRe(r"\.{1,2}/[\w.@+-]+(?:/[\w.@+-]+)*|[\w.@+-]+(?:/[\w.@+-]+)+")
@@ -3558,7 +3561,8 @@ def _command_paths(command, base=None):
                 word = word.strip(":")
                 if len(word) <= FILE_PATH_CHARS and not word.startswith("-") and "://" not in word and "$" not in word \
                         and (_FILE_NAME_RE.fullmatch(word.rsplit("/", 1)[-1])
-                             or (runs and i == 0 and _PROGRAM_PATH_RE.fullmatch(word))):
+                             or (runs and i == 0 and _PROGRAM_PATH_RE.fullmatch(word))
+                             or (where == "" and _DOTFILE_RE.fullmatch(word))):
                     found.append((where, word))
         if ")" in step and outside is not None:
             where, outside = outside, None
@@ -6342,17 +6346,26 @@ def pack_items(candidates, budget, max_item=360, min_item=80, indent=0, group_co
     return out
 
 
-# A word of a prompt or an answer that may name a file: a name with an extension, maybe a path.
-_FILE_MENTION_RE = LazyRe(r"[\w./@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}\b")
+# A word of a prompt or an answer that may name a file: a name with an extension, maybe a path;
+# through a route's folder in brackets (`app/users/[id]/page.tsx`), slower to match, only in a
+# run that has one; a dotfile (`.gitignore`, `config/.npmrc`) when told from a suffix by being known.
+_NAMED_FILE = r"[\w./@+-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}\b"
+_ROUTE_FILE = r"(?:[\w./@+-]|\[\[?[\w.-]+\]\]?)*\w\.[A-Za-z][A-Za-z0-9]{0,7}\b"
+_DOTFILE = r"|(?<![\w./@+-])(?:[\w.@+-]*/)*\.[A-Za-z][\w-]+\b(?!/|\.\w)"
+_FILE_MENTION_RES = {(dot, route): LazyRe((_ROUTE_FILE if route else _NAMED_FILE) + (_DOTFILE if dot else ""))
+                     for dot in (False, True) for route in (False, True)}
+# A relative path's leading "./" and "../": a dot-folder keeps its dot (`.github/ci.yml`).
+_LEAD_DOTS_RE = LazyRe(r"^(?:\.{1,2}/)+")
 # The runs of path characters it is tried on: on one long run (a pasted minified line) it
 # would backtrack in quadratic time, and no path is longer than FILE_PATH_CHARS.
-_PATH_RUN_RE = LazyRe(r"[\w./@+-]+")
+_PATH_RUN_RE = LazyRe(r"[\w./@+\[\]-]+")
 
 
-def file_mentions(text):
-    """The words of a text that may name files (`src/app.ts`, `./README.md`, `/srv/app/x.py`)."""
-    return [w for run in _PATH_RUN_RE.findall(text or "") if len(run) <= FILE_PATH_CHARS
-            for w in _FILE_MENTION_RE.findall(run)]
+def file_mentions(text, dotfiles=False):
+    """The words of a text that may name files (`src/app.ts`, `./README.md`, `/srv/app/x.py`, Claude
+    Code's `@src/app.ts`; with `dotfiles`, `.gitignore` too, which prose's `.go` and `.btn` look like)."""
+    return [w.lstrip("@") for run in _PATH_RUN_RE.findall(text or "") if len(run) <= FILE_PATH_CHARS
+            for w in _FILE_MENTION_RES[dotfiles, "[" in run].findall(run)]
 
 
 def file_citations(content, project, own):
@@ -6364,7 +6377,7 @@ def file_citations(content, project, own):
     if not own or (name.rsplit(".", 1)[-1].lower() if "." in name else "") not in DOC_EXTENSIONS:
         return out
     for word in file_mentions(redact(content[:CITE_SCAN_CHARS])):
-        path = project_relpath(word, project) if word.startswith("/") else word.strip("./")
+        path = project_relpath(word, project) if word.startswith("/") else _LEAD_DOTS_RE.sub("", word)
         if path and path != own and "@" not in path[1:] and path not in out:
             out.append(path)
             if len(out) == CITES_KEPT:
@@ -6417,7 +6430,7 @@ class FileTable:
                 name = path.rsplit("/", 1)[-1]
                 st = self.files[path] = {"n": 0, "last": 0.0, "op": op, "mids": deque(maxlen=FILE_RECENT_MESSAGES),
                                          "words": Counter(), "size": 0, "with": Counter(),
-                                         "stem": set(terms(_CAMEL_RE.sub(" ", name.rsplit(".", 1)[0])))}
+                                         "stem": set(terms(_CAMEL_RE.sub(" ", name.lstrip(".").rsplit(".", 1)[0])))}
                 self.by_base.setdefault(name, set()).add(path)
                 self._learn(path, terms(path.replace("/", " ")))
             if op != "search":  # a search's few lines: found by what it looked for, not quoted as the file
@@ -6470,18 +6483,22 @@ class FileTable:
     def mentioned(self, text):
         """The known files a text names: by path, by a basename no other known file has, or by an
         absolute path (a file dragged into the terminal) inside the project or ending with a known
-        path under a folder (`/home/me/other-checkout/src/app.ts`)."""
-        return self.resolve((self._as_known(w) for w in file_mentions(text)), False)
+        path under a folder (`/home/me/other-checkout/src/app.ts`); a known file with no suffix by
+        its path (`scripts/fc1`)."""
+        words = [self._as_known(w) for w in file_mentions(text, True)]
+        words += [w for w in (self._as_known(run.strip("@.,:;[]")) for run in _PATH_RUN_RE.findall(text or "")
+                              if "/" in run and len(run) <= FILE_PATH_CHARS) if w in self.files]
+        return self.resolve(words, False)
 
     def _as_known(self, word):
         if not word.startswith("/"):
-            return word.strip("./")
+            return _LEAD_DOTS_RE.sub("", word)
         rel = project_relpath(word, self.project) if self.project else None
         if rel:
             return rel
         parts = word.strip("/").split("/")
         tails = ("/".join(parts[i:]) for i in range(1, len(parts) - 1))
-        return next((t for t in tails if t in self.files), word.strip("./"))
+        return next((t for t in tails if t in self.files), word.lstrip("/"))
 
     def known(self, paths):
         """The paths of a command: those with a folder as they are, a bare name when it is a

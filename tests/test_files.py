@@ -358,6 +358,33 @@ def test_an_absolute_path_in_a_prompt_names_the_project_file(project):
     assert ranked == ["app/CMakeLists.txt"]
 
 
+def test_a_file_is_named_as_prompts_name_it_in_a_dot_folder_a_route_with_an_at_or_without_a_suffix(project):
+    """`.claude/commands/x.md` is that file, not `claude/commands/x.md` (a dot-folder keeps its
+    dot; only a leading `./` goes); a route's folder in brackets is part of the path; Claude Code's
+    `@src/app.ts` is src/app.ts; a known file with no suffix is named by its path, a known dotfile
+    by its name; "the gitignore" says its name."""
+    mem = ais.open_memory(str(project))
+    for path in (".claude/commands/commit.md", ".github/workflows/ci.yml", ".gitignore", "config/.npmrc",
+                 "src/app.ts", "README.md", "scripts/deploy", "app/users/[id]/page.tsx", "app/page.tsx"):
+        mem.store.inbox_append(ais.prepare_capture(f"Edited {path}:\n- a\n+ b", "tool:Edit", session_id="s1",
+                                                   origin="file_write", files=[path], op="edit"))
+    mem.flush()
+    table = mem.file_table()
+    assert table.mentioned("improve .claude/commands/commit.md and ./.github/workflows/ci.yml") == [
+        ".claude/commands/commit.md", ".github/workflows/ci.yml"]
+    assert table.mentioned("add dist to .gitignore, and ../config/.npmrc.") == [".gitignore", "config/.npmrc"]
+    assert table.mentioned("process.env and .then() in src/app.ts") == ["src/app.ts"]
+    assert table.mentioned("/implement @src/app.ts with @.claude/commands/commit.md") == [
+        "src/app.ts", ".claude/commands/commit.md"]
+    assert table.mentioned("why does scripts/deploy fail? see scripts/other too") == ["scripts/deploy"]
+    assert table.mentioned("fix app/users/[id]/page.tsx as [the readme](README.md) says") == [
+        "app/users/[id]/page.tsx", "README.md"]
+    assert [p for p, _ in table.rank("update gitignore so the excel files stay out", 1)] == [".gitignore"]
+    # What a document names keeps its dots too; there a bare `.go` or `.btn` is a suffix or a class.
+    doc = "Copy .env.example to .env.local, add @.claude/commands/x.md; style .btn; build the *.go files."
+    assert ais.file_citations(doc, str(project), "README.md") == [".env.example", ".env.local", ".claude/commands/x.md"]
+
+
 def test_files_in_play_rank_the_named_file_then_the_work_the_prompt_is_about(project):
     mem = work(project)
     ranked = [p for p, _ in mem.file_table().rank("the users migration needs an email column", 3)]
@@ -1061,13 +1088,19 @@ def test_interrupted_and_non_shell_failures_are_not_captured(project):
 
 def test_a_bare_file_name_in_a_command_counts_only_when_the_memory_knows_that_file(project):
     mem = work(project)
-    for command in ("npx eslint LoginForm.tsx", "node -e 'console.log(1)' && cat notes.txt"):
+    mem.store.inbox_append(ais.prepare_capture("Edited .gitignore:\n+ dist", "tool:Edit", origin="file_write",
+                                               files=[".gitignore"], op="edit"))
+    commands = ("npx eslint LoginForm.tsx", "node -e 'console.log(1)' && cat notes.txt",
+                "echo coverage >> .gitignore", "ls .venv .claude")
+    for command in commands:
         mem.store.inbox_append(ais.prepare_capture(f"$ {command}\nok", "tool:Bash", origin="command",
                                                    files=ais._command_paths(command), op="run"))
     mem.flush()
-    runs = {m["text"].split("\n")[0]: m.get("files") for m in mem.msgs.values() if m["text"].startswith("$ n")}
+    runs = {m["text"].split("\n")[0]: m.get("files") for m in mem.msgs.values() if m["text"].startswith("$ ")}
     assert runs["$ npx eslint LoginForm.tsx"] == ["src/LoginForm.tsx"]
     assert runs["$ node -e 'console.log(1)' && cat notes.txt"] is None
+    assert runs["$ echo coverage >> .gitignore"] == [".gitignore"]  # a dotfile it knows
+    assert runs["$ ls .venv .claude"] is None  # folders, as far as it knows
 
 
 def test_a_file_worked_on_with_the_named_one_comes_with_it(project):

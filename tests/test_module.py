@@ -3,6 +3,7 @@ help true to the code."""
 import ast
 import doctest
 import re
+from collections import Counter
 
 import pytest
 
@@ -17,6 +18,18 @@ def test_no_class_is_over_400_lines():
     big = {n.name: n.end_lineno - n.lineno + 1 for n in ast.walk(TREE)
            if isinstance(n, ast.ClassDef) and n.end_lineno - n.lineno + 1 > MAX_CLASS_LINES}
     assert not big, big
+
+
+def test_no_name_is_defined_twice():
+    """A module-level name or a method given twice: the later one silently replaces the first
+    where the first was meant (the Grep capture's file-name pattern was so replaced by the shell's)."""
+    def twice(body):
+        names = Counter(n.name for n in body if isinstance(n, (ast.FunctionDef, ast.ClassDef)))
+        names.update(x.id for n in body if isinstance(n, ast.Assign) for t in n.targets for x in ast.walk(t)
+                     if isinstance(x, ast.Name))
+        return sorted(k for k, c in names.items() if c > 1)
+    assert not twice(TREE.body)
+    assert not {c.name: twice(c.body) for c in TREE.body if isinstance(c, ast.ClassDef) and twice(c.body)}
 
 
 def test_no_method_reads_its_own_state_through_getattr_with_a_default():
