@@ -338,6 +338,8 @@ def test_a_prompt_that_names_a_known_file_records_it(project):
     assert prompt["files"] == ["src/LoginForm.tsx"] and "op" not in prompt
     mem.capture("and what about Unknown.tsx?", session_id="s2")
     assert "files" not in next(m for m in mem.msgs.values() if m["text"].startswith("and what"))
+    mem.capture("/review @src/LoginForm.tsx", session_id="s2")  # Claude Code's @-mention of a file
+    assert next(m for m in mem.msgs.values() if m["text"].startswith("/review"))["files"] == ["src/LoginForm.tsx"]
 
 
 def test_an_absolute_path_in_a_prompt_names_the_project_file(project):
