@@ -5209,8 +5209,33 @@ def split_rule(rule):
     for part in parts[1:]:
         core = _RULE_CLAUSE_RE.sub("", part)
         verb = _RULE_IMPERATIVE_RE.match(core) or _plain_rule(core) or re.match(r"\w+ing\b", core)
-        out.append(part if verb or not head else parts[0][:head.start()] + part)
+        if not head:
+            out.append(part)
+        elif not verb:
+            out.append(parts[0][:head.start()] + part)
+        else:  # "start method names with 'o_' and end them with '_ud'": the second is on method names too
+            out.append(part if _RULE_KIND_RE.search(part) else _with_object(part, _object_phrase(parts[0]), True) or part)
     return out
+
+
+def _object_phrase(text):
+    """What a rule is about, as it names it first: "function argument names", "methods"."""
+    m = _RULE_KIND_RE.search(text)
+    names = re.match(r"\s+names?\b", text[m.end():], re.I)
+    return text[m.start():m.end() + (names.end() if names else 0)]
+
+
+def _with_object(part, phrase, bare=False):
+    """A naming rule that names no object, with `phrase` in the place of its "them" ("end them
+    with '_h'"), or with `bare`, after its verb when it has no pronoun ("end with '_vr'"); None
+    when neither fits. Only a naming rule: in "always include them" them may be the asserts
+    the sentence before spoke of, not the functions it named."""
+    aspect = _RULE_ASPECT_RE.search(part)
+    them = _RULE_THEM_RE.search(part) if aspect and aspect.lastgroup in _RULE_NAMING else None
+    if them:
+        return part[:them.start()] + phrase + part[them.end():]
+    verb = _RULE_BARE_VERB_RE.match(part) if bare else None
+    return part[:verb.end(1)] + " " + phrase + part[verb.end(1):] if verb else None
 
 
 # A first line that runs a command (`npx expo-doctor`, `me@mac app % poetry run …`): the lines
@@ -5255,7 +5280,8 @@ def detect_rules(text):
             named = list(_RULE_KIND_RE.finditer(before))
             if named and not _RULE_KIND_RE.search(part) and _RULE_PRONOUN_RE.search(part):
                 # "Always start them with 'x_'": what "them" names stays with the rule.
-                part = before[named[-1].start():named[-1].end()] + ": " + part
+                part = _with_object(part, _object_phrase(before[named[-1].start():])) or \
+                    before[named[-1].start():named[-1].end()] + ": " + part
             if 3 <= len(part) <= RULE_MAX_CHARS:
                 found.append(part[0].upper() + part[1:])
         before = piece
@@ -5288,6 +5314,10 @@ _RULE_ALTERNATIVE = {}  # word -> the indexes of its groups, built on first use
 RULE_FILLER = frozenset("always never please all every each any the a an in on for to of with from now going "
                         "forward this our your my be is are".split())
 _RULE_PRONOUN_RE = LazyRe(r"\b(?:them|it|they|these|those|names?|les|los|las)\b", re.I)
+_RULE_THEM_RE = LazyRe(r"\b(?:them|they)\b", re.I)  # what a rule's object is put in place of
+_RULE_NAMING = frozenset({"prefix", "suffix", "contains"})  # aspects of a name: their "them" is names
+# The verb of a naming rule said without its object ("and end with '_vr'"): the object goes after it.
+_RULE_BARE_VERB_RE = LazyRe(r"((?:(?:always|also|then)\s+)?(?:start|begin|end|finish|prefix|suffix)\w*)\s+with\b", re.I)
 _RULE_NEGATIVE_RE = LazyRe(r"^(?:never|don'?t|do not|avoid|stop|no longer|jamais|ne |n'|nunca|no )", re.I)
 _RULE_KIND_RE = LazyRe(
     r"\b(?:(?P<argument>(?:function\s+|method\s+)?(?:arg(?:ument)?s?|param(?:eter)?s?)(?:\s+variables?)?|argumentos?|paramètres?|"

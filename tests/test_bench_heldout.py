@@ -1,4 +1,5 @@
-"""bench/codemem_heldout.py: a codemem-1 data file from a repository's committed transcripts."""
+"""bench/codemem_heldout.py: a codemem-1 data file from a repository's committed transcripts;
+bench/memorycode_heldout.py: the MemoryCode dialogues the dev file does not hold."""
 import json
 import subprocess
 import sys
@@ -61,3 +62,43 @@ def test_every_version_of_the_transcript_makes_one_replayable_session(tmp_path):
                      ("assistant_final", "Reviewed: fine.")], kinds
     read = session["events"][1]
     assert read["output"] == "     1\tTOTAL = 0" and read["started"].endswith("00:05Z") and not read["is_error"]
+
+
+def dialogue(n):
+    return {"context": {"mentor": "Emma", "mentee": "Oliver"}, "instructions": [[[n, 0]]], "fillers": [],
+            "sessions": [{"text": f"Emma: always start function names with 'x{n}_'."}]}
+
+
+def test_the_memorycode_dialogues_the_dev_file_does_not_hold_are_written_in_its_shape(tmp_path):
+    repo = tmp_path / "MemoryCode"
+    (repo / "dataset").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for n in (1, 2, 10):
+        (repo / "dataset" / f"dialogue_{n}.json").write_text(json.dumps(dialogue(n)))
+    (repo / "README.md").write_text("MemoryCode\n")
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "data"],
+                   check=True)
+    sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # A later commit changes a dialogue: the dev file's commit is the one read.
+    (repo / "dataset" / "dialogue_2.json").write_text(json.dumps(dialogue(99)))
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "edit"],
+                   check=True)
+    dev = tmp_path / "dev.json"
+    dev.write_text(json.dumps({"source": "https://example.org/MemoryCode", "commit": sha, "license": "Apache-2.0",
+                               "paper": "arXiv:2502.13791", "split": "dev", "dialogues": {"dialogue_1": dialogue(1)}}))
+    out = tmp_path / "held.json"
+    script = str(ROOT / "bench" / "memorycode_heldout.py")
+    run = subprocess.run([sys.executable, script, "--repo", str(repo / ".git"), "--dev", str(dev), "--out", str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    data = json.loads(out.read_text())
+    assert list(data["dialogues"]) == ["dialogue_2", "dialogue_10"]
+    assert data["dialogues"]["dialogue_2"] == dialogue(2)
+    assert data["commit"] == sha and data["license"] == "Apache-2.0" and "held out" in data["split"]
+    # A dev dialogue that is not the repository's: another source, so nothing is written.
+    dev.write_text(json.dumps({"commit": sha, "dialogues": {"dialogue_1": dialogue(5)}}))
+    out.unlink()
+    run = subprocess.run([sys.executable, script, "--repo", str(repo / ".git"), "--dev", str(dev), "--out", str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and "differs" in run.stderr and not out.exists()

@@ -148,7 +148,22 @@ def test_coordinated_rules_split_into_one_rule_each():
 
 def test_a_rule_that_says_them_keeps_what_them_names():
     assert ai.detect_rules("Let's talk about attribute names. Always start them with 'at_'.") == [
-        "Attribute: Always start them with 'at_'"]
+        "Always start attribute names with 'at_'"]
+    # The second half of a coordinated rule is on the first half's object, said or not.
+    assert ai.detect_rules("Going forward, I'd like you to start method names with 'o_' and end them with '_ud'.") == [
+        "Start method names with 'o_'", "End method names with '_ud'"]
+    assert ai.detect_rules("I want you to start function argument names with 'a_' and always end them with '_h'.") == [
+        "Start function argument names with 'a_'", "Always end function argument names with '_h'"]
+    assert ai.detect_rules("Please ensure that all your variable names start with 'z_' and end with '_vr'.") == [
+        "All variable names start with 'z_'", "End variable names with '_vr'"]
+    # Grouped under their object, so a later rule on it replaces them.
+    assert [ai.rule_phrase({"text": t}) for t in ai.detect_rules("Start variable names with 'v_', and end them "
+                                                                  "with '_q'.")] == [
+        ("Variables", "names start with 'v_'"), ("Variables", "names end with '_q'")]
+    rules = []
+    ai.merge_rules(rules, ai.detect_rules("Start method names with 'o_' and end them with '_ud'."), 1000.0)
+    ai.merge_rules(rules, ["End method names with '_md'"], 2000.0)
+    assert [r["text"] for r in ai.current_rules(rules)] == ["Start method names with 'o_'", "End method names with '_md'"]
 
 
 # ---- subject and supersession ----
