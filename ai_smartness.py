@@ -5497,17 +5497,19 @@ def stale_rules(rules):
 
 
 def _outdated_by(said, stale, ts):
-    """The current rule that a sentence's facets `said`, stated at `ts`, contradicts, or None."""
+    """The current rules that a sentence's facets `said`, stated at `ts`, contradicts: one
+    sentence may state two ("end variable names with '_y' and method names with '_a'")."""
+    out = []
     for f, cur in stale:
-        if said["aspect"] != f["aspect"] or not said["values"] or (ts or 0) >= ts_of(cur, "created_at"):
+        if said["aspect"] != f["aspect"] or not said["values"] or (ts or 0) >= ts_of(cur, "created_at") or cur in out:
             continue
         if f is rule_facets(cur["text"]):  # a current rule: another value on one of its objects
             if said["objects"] & f["objects"] and not said["values"] & f["values"]:
-                return cur
+                out.append(cur)
         elif said["values"] & f["values"] and not said["values"] & rule_facets(cur["text"])["values"] and (
                 not said["objects"] or not f["objects"] or said["objects"] & f["objects"]):
-            return cur
-    return None
+            out.append(cur)
+    return out
 
 
 def mark_replaced(text, stale, lang, ts=None):
@@ -5520,13 +5522,13 @@ def mark_replaced(text, stale, lang, ts=None):
         return text
     parts = _SENTENCE_END_RE.split(text)
     for i, part in enumerate(parts):
-        cur = _outdated_by(rule_facets(part), stale, ts) if _RULE_VALUE_RE.search(part) else None
-        if cur is None and said:  # the sentence that stated a rule since replaced ("use Jest for tests")
+        curs = _outdated_by(rule_facets(part), stale, ts) if _RULE_VALUE_RE.search(part) else []
+        if not curs and said:  # the sentence that stated a rule since replaced ("use Jest for tests")
             cur = next((said[k] for k in map(rule_key, detect_rules(part)) if k in said), None)
-            cur = cur if cur is not None and (ts or 0) < ts_of(cur, "created_at") else None
-        if cur is not None:
-            parts[i] = tr("rule_replaced", lang, date=format_date(ts_of(cur, "created_at"), lang),
-                          text=cur["text"].rstrip(".!;")) + " " + part
+            curs = [cur] if cur is not None and (ts or 0) < ts_of(cur, "created_at") else []
+        if curs:
+            parts[i] = " ".join(tr("rule_replaced", lang, date=format_date(ts_of(cur, "created_at"), lang),
+                                   text=cur["text"].rstrip(".!;")) for cur in curs) + " " + part
     return " ".join(parts)
 
 

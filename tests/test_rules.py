@@ -317,6 +317,19 @@ def test_an_older_statement_of_another_value_is_marked_even_if_it_never_was_a_ru
         "I'll end variable names with '_f'."
 
 
+def test_a_sentence_stating_two_replaced_rules_is_marked_with_both_current_ones():
+    rules = rules_of("End variable names with '_y'", "End method names with '_a'", "End method names with '_o'",
+                     "End variable names with '_w'")
+    said = "For consistency, I'd like you to end variable names with '_y' and method names with '_a'."
+    marked = ai.mark_replaced(said, ai.stale_rules(rules), "en", ts=500.0)
+    assert marked == ("[replaced on " + ai.format_date(1000.0 + 2 * DAY) + " by: End method names with '_o'] "
+                      "[replaced on " + ai.format_date(1000.0 + 3 * DAY) + " by: End variable names with '_w'] " + said)
+    # The half that still holds is no reason for a mark of its own.
+    said = "End variable names with '_w' and method names with '_a'."
+    assert ai.mark_replaced(said, ai.stale_rules(rules), "en", ts=500.0) == (
+        "[replaced on " + ai.format_date(1000.0 + 2 * DAY) + " by: End method names with '_o'] " + said)
+
+
 def test_a_chain_of_replacements_points_at_the_current_rule():
     rules = rules_of("Always start variable names with 'x_'", "Always start variable names with 'm_'",
                      "Always start variable names with 'vr_'")
